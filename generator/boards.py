@@ -1,0 +1,106 @@
+"""The board registry: one TOML file per board in boards/ (DESIGN D5)."""
+
+from __future__ import annotations
+
+import platform
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from generator.errors import BoardError
+from generator.resources import boards_dir
+
+BOARD_SCHEMA = 1
+RUNNERS = ("process", "qemu")
+
+
+@dataclass(frozen=True)
+class QemuSpec:
+    binary: str
+    machine: str
+    cpu: str
+    icount_shift: int | None = None
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str
+    description: str
+    platform: str  # folder under templates/common/platform/
+    toolchain: str  # "native" or a GNU triplet prefix such as "arm-none-eabi"
+    runner: str
+    arch: str  # ELF architecture the board executes (see mlf.sources.ELF_MACHINES)
+    cflags: tuple[str, ...] = ()
+    ldflags: tuple[str, ...] = ()
+    libs: tuple[str, ...] = ()
+    linker_script: str | None = None
+    clock_hz: int | None = None
+    flash_bytes: int | None = None
+    ram_bytes: int | None = None
+    stack_bytes: int | None = None
+    qemu: QemuSpec | None = None
+    source: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def is_native(self) -> bool:
+        return self.toolchain == "native"
+
+    def tool(self, name: str) -> str:
+        """Name of a binutils/gcc tool of this board's toolchain ('gcc', 'size', ...)."""
+        return name if self.is_native else f"{self.toolchain}-{name}"
+
+
+def host_arch() -> str:
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64", "armv7l": "arm"}.get(machine, machine)
+
+
+def list_boards() -> list[str]:
+    return sorted(p.stem for p in boards_dir().glob("*.toml"))
+
+
+def load_board(name: str) -> Board:
+    path = boards_dir() / f"{name}.toml"
+    if not path.is_file():
+        raise BoardError(f"unknown board '{name}'; known boards: {', '.join(list_boards())}")
+    return parse_board(path)
+
+
+def parse_board(path: Path) -> Board:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise BoardError(f"{path}: not valid TOML ({exc})") from exc
+    schema = data.get("schema")
+    if schema != BOARD_SCHEMA:
+        raise BoardError(f"{path}: board schema {schema!r}; this tool reads schema {BOARD_SCHEMA}")
+    try:
+        memory = data.get("memory", {})
+        qemu = data.get("qemu")
+        board = Board(
+            name=str(data["name"]),
+            description=str(data["description"]),
+            platform=str(data["platform"]),
+            toolchain=str(data["toolchain"]),
+            runner=str(data["runner"]),
+            arch=str(data.get("arch") or host_arch()),
+            cflags=tuple(data.get("cflags", ())),
+            ldflags=tuple(data.get("ldflags", ())),
+            libs=tuple(data.get("libs", ())),
+            linker_script=data.get("linker_script"),
+            clock_hz=data.get("clock_hz"),
+            flash_bytes=memory.get("flash_bytes"),
+            ram_bytes=memory.get("ram_bytes"),
+            stack_bytes=memory.get("stack_bytes"),
+            qemu=QemuSpec(**qemu) if qemu else None,
+            source=data,
+        )
+    except (KeyError, TypeError) as exc:
+        raise BoardError(f"{path}: missing or malformed field ({exc})") from exc
+    if board.name != path.stem:
+        raise BoardError(f"{path}: name '{board.name}' differs from the file name")
+    if board.runner not in RUNNERS:
+        raise BoardError(f"{path}: runner '{board.runner}' is not one of {', '.join(RUNNERS)}")
+    if board.runner == "qemu" and board.qemu is None:
+        raise BoardError(f"{path}: runner 'qemu' needs a [qemu] table")
+    return board

@@ -1,0 +1,1 @@
+"""The host side of the device link: framing, and the standalone app's requests."""

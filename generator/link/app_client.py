@@ -1,0 +1,100 @@
+"""Requests to the standalone application (templates/crt/src/aot_app.c) over a framed link."""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass
+
+from generator.device.runner import Device
+from generator.errors import DeviceError
+from generator.link.framing import Unframer, encode_frame
+
+DEVICE_MAX_PAYLOAD = 1024  # MTVG_LINK_MAX_PAYLOAD
+INPUT_CHUNK = DEVICE_MAX_PAYLOAD - 6
+OUTPUT_CHUNK = DEVICE_MAX_PAYLOAD - 1
+
+
+@dataclass(frozen=True)
+class Hello:
+    abi: int
+    input_sizes: list[int]
+    output_sizes: list[int]
+    arena_bytes: int
+
+
+@dataclass(frozen=True)
+class RunResult:
+    status: int
+    ticks: int
+    hz: int
+    workspace_peak: int
+    frame_errors: int
+    message: str
+
+    @property
+    def seconds(self) -> float:
+        return self.ticks / self.hz if self.hz else 0.0
+
+
+class AppClient:
+    def __init__(self, device: Device, timeout: float) -> None:
+        self.device = device
+        self.timeout = timeout
+        self.unframer = Unframer()
+        self._pending: list[bytes] = []
+
+    def _receive(self, timeout: float | None = None) -> bytes:
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while not self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DeviceError(f"{self.device.description} did not answer within "
+                                  f"{timeout or self.timeout:.0f} s")
+            self._pending.extend(self.unframer.feed(self.device.read(min(left, 0.5))))
+        payload = self._pending.pop(0)
+        if payload[:1] == b"E":
+            raise DeviceError(f"device: {payload[1:].decode(errors='replace')}")
+        return payload
+
+    def _expect(self, code: bytes, timeout: float | None = None) -> bytes:
+        payload = self._receive(timeout)
+        if payload[:1] != code:
+            raise DeviceError(f"device answered {payload[:1]!r}, expected {code!r}")
+        return payload[1:]
+
+    def hello(self, timeout: float) -> Hello:
+        body = self._expect(b"H", timeout)
+        abi, n_in, n_out = struct.unpack_from("<III", body)
+        sizes = struct.unpack_from(f"<{n_in + n_out + 1}I", body, 12)
+        return Hello(abi, list(sizes[:n_in]), list(sizes[n_in:n_in + n_out]), sizes[-1])
+
+    def set_input(self, index: int, data: bytes) -> None:
+        for offset in range(0, len(data), INPUT_CHUNK):
+            chunk = data[offset:offset + INPUT_CHUNK]
+            self.device.write(encode_frame(b"I" + struct.pack("<BI", index, offset) + chunk))
+            status = self._expect(b"A")
+            if status != b"\x00":
+                raise DeviceError(f"device refused input {index} at offset {offset}")
+
+    def run(self) -> RunResult:
+        self.device.write(encode_frame(b"R"))
+        body = self._expect(b"D")
+        status, ticks, hz, peak, errors = struct.unpack_from("<iQQII", body)
+        message = body[struct.calcsize("<iQQII"):].decode(errors="replace")
+        return RunResult(status, ticks, hz, peak, errors, message)
+
+    def get_output(self, index: int, size: int) -> bytes:
+        parts = []
+        for offset in range(0, size, OUTPUT_CHUNK):
+            count = min(OUTPUT_CHUNK, size - offset)
+            self.device.write(encode_frame(b"O" + struct.pack("<BII", index, offset, count)))
+            data = self._expect(b"o")
+            if len(data) != count:
+                raise DeviceError(f"device sent {len(data)} bytes of output {index}, "
+                                  f"expected {count}")
+            parts.append(data)
+        return b"".join(parts)
+
+    def quit(self, status: int = 0) -> None:
+        self.device.write(encode_frame(b"Q" + struct.pack("<i", status)))

@@ -1,0 +1,105 @@
+"""microTVM-compatible framing (same bytes as templates/common/src/framing.c).
+
+A frame is FF FD, u32 LE payload length, payload, u16 LE CRC-16/CCITT-FALSE; every FF in
+length, payload and CRC is doubled. The CRC covers the wire bytes from FF FD through the
+escaped payload. Outside a frame a receiver skips everything up to FF FD.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+ESC = 0xFF
+NOP = 0xFE
+START = 0xFD
+MAX_PAYLOAD = 1 << 20  # the host accepts larger frames than a device would send
+
+
+def crc16_ccitt(data: bytes, crc: int = 0xFFFF) -> int:
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
+            crc &= 0xFFFF
+    return crc
+
+
+def _escape(data: bytes) -> bytes:
+    return data.replace(b"\xff", b"\xff\xff")
+
+
+def encode_frame(payload: bytes, leading_nop: bool = False) -> bytes:
+    body = bytes([ESC, START]) + _escape(struct.pack("<I", len(payload)) + payload)
+    crc = crc16_ccitt(body)
+    return (b"\xfe" if leading_nop else b"") + body + _escape(struct.pack("<H", crc))
+
+
+class Unframer:
+    """Feed it bytes; it yields the payloads of intact frames and counts damaged ones."""
+
+    def __init__(self, max_payload: int = MAX_PAYLOAD) -> None:
+        self.max_payload = max_payload
+        self.errors = 0
+        self._in_frame = False
+        self._saw_esc = False
+        self._wire_crc = 0xFFFF
+        self._logical = bytearray()  # length + payload + crc, unescaped
+        self._crc_at_payload_end: int | None = None
+
+    def _start(self) -> None:
+        self._in_frame = True
+        self._saw_esc = False
+        self._wire_crc = crc16_ccitt(bytes([ESC, START]))
+        self._logical.clear()
+        self._crc_at_payload_end = None
+
+    def _need(self) -> int | None:
+        if len(self._logical) < 4:
+            return None
+        return 4 + struct.unpack_from("<I", self._logical)[0] + 2
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        for byte in data:
+            if not self._in_frame:
+                if self._saw_esc and byte == START:
+                    self._start()
+                else:
+                    self._saw_esc = byte == ESC
+                continue
+            if self._saw_esc:
+                self._saw_esc = False
+                if byte == ESC:
+                    yield from self._take(ESC, b"\xff\xff")
+                elif byte == NOP:
+                    continue
+                elif byte == START:
+                    self.errors += 1
+                    self._start()
+                else:
+                    self.errors += 1
+                    self._in_frame = False
+                continue
+            if byte == ESC:
+                self._saw_esc = True
+                continue
+            yield from self._take(byte, bytes([byte]))
+
+    def _take(self, value: int, wire: bytes) -> Iterator[bytes]:
+        need = self._need()
+        in_crc = need is None or len(self._logical) < need - 2
+        self._logical.append(value)
+        if in_crc:
+            self._wire_crc = crc16_ccitt(wire, self._wire_crc)
+        need = self._need()
+        if need is not None and need - 6 > self.max_payload:
+            self.errors += 1
+            self._in_frame = False
+            return
+        if need is not None and len(self._logical) == need:
+            self._in_frame = False
+            got = struct.unpack_from("<H", self._logical, need - 2)[0]
+            if got != self._wire_crc:
+                self.errors += 1
+                return
+            yield bytes(self._logical[4:need - 2])

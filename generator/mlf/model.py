@@ -1,0 +1,137 @@
+"""The typed result of reading an MLF archive."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+DTYPE_RE = re.compile(r"^(int|uint|float|bfloat|bool)(\d*)$")
+
+
+def dtype_bits(dtype: str) -> int:
+    """Bits of one element of a TVM dtype string such as 'int8' or 'float32'."""
+    m = DTYPE_RE.match(dtype)
+    if not m:
+        raise ValueError(f"unknown dtype '{dtype}'")
+    if m.group(1) == "bool":
+        return 8
+    return int(m.group(2) or 32)
+
+
+def c_identifier(name: str) -> str:
+    """TVM's SanitizeName: every non-alphanumeric character becomes '_'."""
+    return re.sub(r"[^0-9A-Za-z]", "_", name)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One model input or output."""
+
+    name: str
+    dtype: str
+    size_bytes: int
+    shape: tuple[int, ...] | None = None
+    # Where the shape came from: "relay", "metadata", "flat" (only the size is known).
+    shape_source: str = "flat"
+
+    @property
+    def c_name(self) -> str:
+        return c_identifier(self.name)
+
+    @property
+    def numel(self) -> int:
+        return self.size_bytes * 8 // dtype_bits(self.dtype)
+
+    def effective_shape(self) -> tuple[int, ...]:
+        return self.shape if self.shape is not None else (self.numel,)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A memory pool the generated code uses (USMP or a TVMBackendAllocWorkspace arena)."""
+
+    name: str
+    size_bytes: int
+    kind: str  # "workspace" | "constant"
+    internal: bool  # True: the generated code declares it; False: the application provides it
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str  # path inside the archive
+    language: str  # "c" | "c++"
+
+
+@dataclass(frozen=True)
+class ObjectFile:
+    path: str
+    arch: str  # "arm", "aarch64", "x86_64", "riscv", ... or "unknown"
+
+
+@dataclass(frozen=True)
+class ParamTensor:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    size_bytes: int
+
+
+@dataclass
+class ModuleInfo:
+    """One module of the archive (TVM ≥0.9 archives may hold several)."""
+
+    name: str
+    executor: str  # "aot" | "graph"
+    interface: str  # "c" (tvmgen_<mod>.h present) | "packed"
+    # How the firmware calls the model: "c" (tvmgen_<mod>_run with structs),
+    # "c-run-model" (the archive lacks tvmgen_<mod>_run; we call tvmgen_<mod>_run_model),
+    # "packed" (tvmgen_<mod>_run with TVMValue/DLTensor arguments), "graph" (graph executor).
+    entry: str
+    targets: list[str]
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    workspace_size_bytes: int
+    constants_size_bytes: int
+    io_size_bytes: int
+    pools: list[Pool] = field(default_factory=list)
+    sources: list[SourceFile] = field(default_factory=list)
+    objects: list[ObjectFile] = field(default_factory=list)
+    params: list[ParamTensor] = field(default_factory=list)
+    header: str | None = None  # archive path of codegen/host/include/tvmgen_<mod>.h
+    graph_json: str | None = None  # archive path of the graph JSON (graph executor)
+    params_file: str | None = None
+    workspace_call_sites: int = 0  # static count of TVMBackendAllocWorkspace calls
+    # Things the archive's code needs that our runtime does not provide.
+    unsupported_calls: list[str] = field(default_factory=list)
+    tvm_version: str | None = None
+
+    @property
+    def mangled(self) -> str:
+        return f"tvmgen_{self.name}"
+
+
+@dataclass
+class MlfArchive:
+    """Everything the tool knows about an archive."""
+
+    origin: str
+    sha256: str
+    version: int
+    style: str  # "full-model" | "operator"
+    export_datetime: str | None
+    modules: list[ModuleInfo]
+    member_names: list[str]
+
+    def module(self, name: str | None = None) -> ModuleInfo:
+        if name is None:
+            return self.modules[0]
+        for m in self.modules:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data.pop("member_names")
+        data["file_count"] = len(self.member_names)
+        return data

@@ -1,0 +1,319 @@
+"""Turning an archive's files into a validated MlfArchive.
+
+Versions 5, 6 and 7 as TVM 0.8–0.18 wrote them (see docs/mlf.md). The version is checked
+before anything else, so an archive from a newer tool gets a message about the version,
+not about whatever field changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from generator.errors import MlfError, UnsupportedModelError
+from generator.mlf import sources
+from generator.mlf.archive import ArchiveFiles, read_archive
+from generator.mlf.graph import graph_io
+from generator.mlf.model import (
+    MlfArchive,
+    ModuleInfo,
+    ObjectFile,
+    ParamTensor,
+    Pool,
+    SourceFile,
+    TensorInfo,
+    c_identifier,
+    dtype_bits,
+)
+from generator.mlf.params import load_params
+
+SUPPORTED_VERSIONS = (5, 6, 7)
+NEWEST_KNOWN_VERSION = 8
+_LANGUAGES = {"c": "c", "cc": "c++", "cpp": "c++"}
+# Names TVM's frontends give to bound parameters in Relay text (`%v_param_3`, `%p0`).
+_PARAM_NAME_RE = re.compile(r"^(v?_?param_\d+|p\d+)$")
+
+
+def read_mlf(path: Path) -> MlfArchive:
+    """Read and validate an MLF archive (tar or extracted directory)."""
+    return load_mlf(path)[0]
+
+
+def load_mlf(path: Path) -> tuple[MlfArchive, ArchiveFiles]:
+    """Read and validate an archive; also return the member bytes it read."""
+    files = read_archive(path)
+    if not files.has("metadata.json"):
+        raise MlfError(f"{path}: no metadata.json at the archive root; not a Model Library "
+                       "Format archive")
+    try:
+        meta = json.loads(files.text("metadata.json"))
+    except json.JSONDecodeError as exc:
+        raise MlfError(f"{path}: metadata.json is not valid JSON ({exc.msg} at line "
+                       f"{exc.lineno})") from exc
+    if not isinstance(meta, dict):
+        raise MlfError(f"{path}: metadata.json is not a JSON object")
+    version = meta.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise MlfError(f"{path}: metadata.json has no integer 'version'")
+    if version > NEWEST_KNOWN_VERSION:
+        raise MlfError(f"{path}: MLF version {version} is newer than this tool understands "
+                       f"(it reads versions {_versions_text()})",
+                       hint="upgrade microtvm-gen")
+    if version not in SUPPORTED_VERSIONS:
+        raise MlfError(f"{path}: MLF version {version} is not supported (this tool reads "
+                       f"versions {_versions_text()}, written by TVM 0.8 to 0.18)")
+    style = meta.get("style", "full-model")
+    if style != "full-model":
+        raise UnsupportedModelError(f"{path}: '{style}'-style archives are not supported yet; "
+                                    "only full-model archives from relay.build")
+    if version >= 7:
+        entries = meta.get("modules")
+        if not isinstance(entries, dict) or not entries:
+            raise MlfError(f"{path}: version {version} metadata.json has no 'modules' object")
+    else:
+        entries = {meta.get("model_name", "default"): meta}
+    modules = [_read_module(files, version, str(name), info) for name, info in entries.items()]
+    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+    return MlfArchive(
+        origin=str(path),
+        sha256=digest,
+        version=version,
+        style=style,
+        export_datetime=_first(entries, "export_datetime"),
+        modules=modules,
+        member_names=files.names,
+    ), files
+
+
+def _versions_text() -> str:
+    return ", ".join(str(v) for v in SUPPORTED_VERSIONS)
+
+
+def _first(entries: dict, key: str):
+    for info in entries.values():
+        if isinstance(info, dict) and key in info:
+            return info[key]
+    return None
+
+
+def _field(info: dict, key: str, kind: type, where: str):
+    value = info.get(key)
+    if not isinstance(value, kind):
+        raise MlfError(f"{where}: '{key}' is missing or not a {kind.__name__}")
+    return value
+
+
+def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> ModuleInfo:
+    where = f"{files.origin}: module '{name}'"
+    if not isinstance(info, dict):
+        raise MlfError(f"{where}: metadata is not an object")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise MlfError(f"{where}: module name is not a C identifier")
+    executors = _field(info, "executors", list, where)
+    if len(executors) != 1 or executors[0] not in ("aot", "graph"):
+        raise MlfError(f"{where}: executors {executors!r}; expected ['aot'] or ['graph']")
+    executor = executors[0]
+    targets_raw = info.get("target", [])
+    targets = list(targets_raw.values()) if isinstance(targets_raw, dict) else list(targets_raw)
+    memory = _field(info, "memory", dict, where)
+    functions = _field(memory, "functions", dict, where + " memory")
+    mains = functions.get("main") or []
+    main = next((m for m in mains if isinstance(m, dict) and m.get("device", 1) == 1), {})
+
+    src_names = [n for n in files.under("codegen/host/src/") if _module_file(n, name, version)]
+    obj_names = [n for n in files.under("codegen/host/lib/") if _module_file(n, name, version)]
+    srcs = []
+    for n in src_names:
+        ext = n.rsplit(".", 1)[-1]
+        if ext not in _LANGUAGES:
+            raise MlfError(f"{where}: unexpected source file '{n}'")
+        srcs.append(SourceFile(n, _LANGUAGES[ext]))
+    objs = [ObjectFile(n, sources.elf_arch(files.data[n])) for n in obj_names]
+    c_text = "\n".join(files.text(s.path) for s in srcs)
+
+    header_path = f"codegen/host/include/tvmgen_{name}.h"
+    header = (sources.parse_interface_header(files.text(header_path), name)
+              if files.has(header_path) else None)
+
+    params_path = f"parameters/{name}.params"
+    params = []
+    if files.has(params_path):
+        params = [ParamTensor(p.name, p.dtype, p.shape, len(p.data))
+                  for p in load_params(files.data[params_path], f"{where}: {params_path}")]
+
+    relay_path = f"src/{name}.relay" if version >= 7 else "src/relay.txt"
+    relay = sources.parse_relay_main(files.text(relay_path)) if files.has(relay_path) else None
+
+    graph_path = None
+    if executor == "graph":
+        graph_path = (f"executor-config/graph/{name}.graph" if version >= 7
+                      else "executor-config/graph/graph.json")
+        if not files.has(graph_path):
+            raise MlfError(f"{where}: graph executor archive without {graph_path}")
+
+    if graph_path is not None:
+        gio = graph_io(files.text(graph_path), {p.name for p in params}, where)
+        meta_out = main.get("outputs") if isinstance(main.get("outputs"), dict) else {}
+        out_names = sorted(meta_out, key=_natural_key) if len(meta_out) == len(gio.outputs) \
+            else [t.name for t in gio.outputs]
+        inputs = [TensorInfo(t.name, t.dtype, t.size_bytes, t.shape, "graph") for t in gio.inputs]
+        outputs = [TensorInfo(n, t.dtype, t.size_bytes, t.shape, "graph")
+                   for n, t in zip(out_names, gio.outputs)]
+    else:
+        inputs = _resolve_inputs(where, name, main, header, relay, {p.name for p in params})
+        outputs = _resolve_outputs(where, name, main, header, relay, inputs)
+
+    defs = sources.function_definitions(c_text)
+    interface = "c" if header is not None else "packed"
+    entry = _entry_kind(where, executor, interface, name, defs, bool(srcs))
+
+    pools = [Pool(n, size, "workspace", True) for n, size in sources.internal_pools(c_text).items()]
+    if header is not None:
+        for pool in header.workspace_pools:
+            size = header.pool_size(name, pool)
+            if size is None:
+                raise MlfError(f"{where}: external pool '{pool}' has no size macro in the header")
+            pools.append(Pool(pool, size, "workspace", False))
+        if header.devices:
+            raise UnsupportedModelError(f"{where}: the model needs device contexts "
+                                        f"({', '.join(header.devices)}) for BYOC accelerators; "
+                                        "not supported yet")
+        if header.io_in_pools:
+            raise UnsupportedModelError(f"{where}: inputs/outputs placed inside USMP pools "
+                                        "(tir.usmp.use_workspace_io) are not supported yet")
+
+    deps = info.get("external_dependencies") or []
+    tvm_version = next((d.get("version_spec") for d in deps
+                        if isinstance(d, dict) and d.get("short_name") == "tvm_standalone_crt"),
+                       None)
+    return ModuleInfo(
+        name=name,
+        executor=executor,
+        interface=interface,
+        entry=entry,
+        targets=[str(t) for t in targets],
+        inputs=inputs,
+        outputs=outputs,
+        workspace_size_bytes=int(main.get("workspace_size_bytes", 0)),
+        constants_size_bytes=int(main.get("constants_size_bytes", 0)),
+        io_size_bytes=int(main.get("io_size_bytes", 0)),
+        pools=pools,
+        sources=srcs,
+        objects=objs,
+        params=params,
+        header=header_path if header is not None else None,
+        graph_json=graph_path,
+        params_file=params_path if files.has(params_path) else None,
+        workspace_call_sites=sources.count_calls(c_text, "TVMBackendAllocWorkspace"),
+        unsupported_calls=[c for c in sources.UNSUPPORTED_CALLS
+                           if sources.count_calls(c_text, c)],
+        tvm_version=tvm_version,
+    )
+
+
+def _module_file(path: str, mod: str, version: int) -> bool:
+    base = path.rsplit("/", 1)[-1]
+    if version >= 3:
+        return base.startswith(f"{mod}_lib")
+    return base.startswith("lib")
+
+
+def _entry_kind(where: str, executor: str, interface: str, mod: str,
+                defs: dict[str, sources.FunctionDef], has_sources: bool) -> str:
+    if executor == "graph":
+        return "graph"
+    run, run_model = f"tvmgen_{mod}_run", f"tvmgen_{mod}_run_model"
+    if not has_sources:
+        return interface  # object files only: trust the interface, the linker will tell
+    if interface == "c":
+        if run in defs:
+            return "c"
+        if run_model in defs:
+            return "c-run-model"
+    else:
+        if run in defs and len(defs[run].params) == 6:
+            return "packed"
+        if run in defs:
+            return "c"
+    raise UnsupportedModelError(f"{where}: the C sources define neither {run} nor {run_model}; "
+                                "cannot find the model's entry point")
+
+
+def _named(names: list[str], candidates: dict[str, object]) -> list[tuple[str, object | None]]:
+    """Match C member names (sanitized) back to the original tensor names."""
+    by_c = {c_identifier(k): (k, v) for k, v in candidates.items()}
+    return [by_c.get(c_identifier(n), (n, None)) for n in names]
+
+
+def _resolve_inputs(where: str, mod: str, main: dict, header, relay, param_names: set[str]) -> list[TensorInfo]:
+    meta_in = main.get("inputs") if isinstance(main.get("inputs"), dict) else {}
+    relay_params = {p.name: p for p in relay.params} if relay else {}
+    if header is not None and header.inputs:
+        names = [orig for orig, _ in _named(header.inputs, {**relay_params, **meta_in})]
+    elif meta_in:
+        order = [p for p in relay_params if p in meta_in]
+        names = order + sorted(n for n in meta_in if n not in order)
+    elif relay is not None:
+        names = [p.name for p in relay.params
+                 if p.name not in param_names and not _PARAM_NAME_RE.match(p.name)]
+    else:
+        raise MlfError(f"{where}: cannot tell the model's inputs (no metadata inputs, no C "
+                       "interface header, no Relay text)")
+    if not names:
+        raise MlfError(f"{where}: the model has no inputs")
+    result = []
+    for n in names:
+        rp = relay_params.get(n)
+        md = meta_in.get(n, {})
+        dtype = md.get("dtype") or (rp.dtype if rp else None)
+        size = md.get("size")
+        if size is None and header is not None:
+            size = header.io_size(mod, n)
+        if size is None and rp is not None:
+            size = rp.size_bytes
+        if dtype is None or size is None:
+            raise MlfError(f"{where}: cannot tell the dtype and size of input '{n}'")
+        shape = rp.shape if rp is not None and rp.size_bytes == size else None
+        result.append(TensorInfo(n, dtype, int(size), shape, "relay" if shape else "flat"))
+    return result
+
+
+def _resolve_outputs(where: str, mod: str, main: dict, header, relay,
+                     inputs: list[TensorInfo]) -> list[TensorInfo]:
+    meta_out = main.get("outputs") if isinstance(main.get("outputs"), dict) else {}
+    if header is not None and header.outputs:
+        names = [orig for orig, _ in _named(header.outputs, meta_out)]
+    elif meta_out:
+        names = sorted(meta_out, key=_natural_key)
+    else:
+        names = ["output"]
+    result = []
+    for n in names:
+        md = meta_out.get(n, {})
+        size = md.get("size")
+        if size is None and header is not None:
+            size = header.io_size(mod, n)
+        if size is None and len(names) == 1 and main.get("io_size_bytes"):
+            size = int(main["io_size_bytes"]) - sum(t.size_bytes for t in inputs)
+        dtype = md.get("dtype")
+        if dtype is None and relay is not None:
+            dtype = relay.result.dtype if relay.result else relay.result_dtype_hint
+        if dtype is None:
+            dtype = inputs[0].dtype
+        if size is None or size <= 0:
+            raise MlfError(f"{where}: cannot tell the size of output '{n}'")
+        if size * 8 % dtype_bits(dtype):
+            raise MlfError(f"{where}: output '{n}' has {size} bytes, not a whole number of "
+                           f"{dtype} elements")
+        shape = None
+        if len(names) == 1 and relay is not None and relay.result is not None \
+                and relay.result.size_bytes == size:
+            shape = relay.result.shape
+        result.append(TensorInfo(n, dtype, int(size), shape, "relay" if shape else "flat"))
+    return result
+
+
+def _natural_key(name: str):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]

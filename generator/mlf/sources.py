@@ -1,0 +1,204 @@
+"""What the archive's generated C says about itself.
+
+TVM ≤0.18 writes little of the ABI into metadata.json; the rest is in the C interface
+header and the C sources. These readers extract only declarations, with regular
+expressions over comment-free text: enough for the shapes TVM's code generators emit.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+
+from generator.mlf.model import c_identifier, dtype_bits
+
+_COMMENT_RE = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+_FUNC_DEF_RE = re.compile(
+    r"(?:^|[;}\n])\s*(?:TVM_DLL\s+|static\s+|inline\s+)*(?:int32_t|int)\s+(\w+)\s*\(([^()]*)\)\s*\{",
+    re.M,
+)
+_STRUCT_RE = re.compile(r"struct\s+(\w+)\s*\{([^}]*)\}", re.S)
+_DEFINE_RE = re.compile(r"#define\s+(\w+)\s+(\d+)\b")
+_POOL_STATIC_RE = re.compile(
+    r"static\s+(?:const\s+)?(?:struct\s+)?(?:uint8_t\s+)?(?:__attribute__\s*\(\(.*?\)\)\s*)?"
+    r"(\w+)\s*\[(\d+)\]\s*;"
+)
+
+# Calls our runtime does not provide: code containing them cannot run on the device.
+UNSUPPORTED_CALLS = ("TVMBackendGetFuncFromEnv", "TVMFuncCall", "TVMBackendParallelLaunch",
+                     "TVMBackendRunOnce", "TVMBackendAnyListSetPackedArg")
+
+
+def strip_comments(text: str) -> str:
+    return _COMMENT_RE.sub(" ", text)
+
+
+@dataclass(frozen=True)
+class FunctionDef:
+    name: str
+    params: tuple[str, ...]
+
+
+def function_definitions(c_text: str) -> dict[str, FunctionDef]:
+    """Top-level functions returning int32_t/int that the text defines (not just declares)."""
+    found: dict[str, FunctionDef] = {}
+    for m in _FUNC_DEF_RE.finditer(strip_comments(c_text)):
+        params = tuple(p.strip() for p in m.group(2).split(",") if p.strip() and p.strip() != "void")
+        found[m.group(1)] = FunctionDef(m.group(1), params)
+    return found
+
+
+def count_calls(c_text: str, symbol: str) -> int:
+    return len(re.findall(rf"\b{symbol}\s*\(", strip_comments(c_text)))
+
+
+@dataclass
+class InterfaceHeader:
+    """The C interface header `tvmgen_<mod>.h`."""
+
+    inputs: list[str]  # struct member names, in order
+    outputs: list[str]
+    workspace_pools: list[str]
+    devices: list[str]
+    sizes: dict[str, int]  # every numeric #define
+    io_in_pools: bool
+
+    def io_size(self, mod: str, member: str) -> int | None:
+        return self.sizes.get(f"TVMGEN_{mod.upper()}_{c_identifier(member).upper()}_SIZE")
+
+    def pool_size(self, mod: str, pool: str) -> int | None:
+        return self.sizes.get(f"TVMGEN_{mod.upper()}_{c_identifier(pool).upper()}_WORKSPACE_POOL_SIZE")
+
+
+def parse_interface_header(text: str, mod: str) -> InterfaceHeader:
+    clean = strip_comments(text)
+    structs = {m.group(1): _struct_members(m.group(2)) for m in _STRUCT_RE.finditer(clean)}
+    prefix = f"tvmgen_{mod}_"
+    return InterfaceHeader(
+        inputs=structs.get(prefix + "inputs", []),
+        outputs=structs.get(prefix + "outputs", []),
+        workspace_pools=structs.get(prefix + "workspace_pools", []),
+        devices=structs.get(prefix + "devices", []),
+        sizes={m.group(1): int(m.group(2)) for m in _DEFINE_RE.finditer(clean)},
+        io_in_pools=f"{prefix}map_inputs" in clean,
+    )
+
+
+def _struct_members(body: str) -> list[str]:
+    members = []
+    for decl in body.split(";"):
+        decl = decl.strip()
+        if decl:
+            members.append(re.split(r"[\s*]+", decl)[-1])
+    return members
+
+
+def internal_pools(c_text: str) -> dict[str, int]:
+    """USMP pools the generated code declares itself (`static uint8_t global_workspace[N];`)."""
+    pools: dict[str, int] = {}
+    clean = strip_comments(c_text)
+    for m in _POOL_STATIC_RE.finditer(clean):
+        name = m.group(1)
+        if "workspace" in name or "pool" in name:
+            pools[name] = int(m.group(2))
+    return pools
+
+
+# ---- Relay text (src/<mod>.relay, src/relay.txt) -----------------------------------------
+
+_RELAY_PARAM_RE = re.compile(
+    r'%("?)([^:"\s]+?)\1\s*:\s*Tensor\[\(([^)]*)\),\s*(\w+)\]'
+)
+_RELAY_TY_RE = re.compile(r"ty=Tensor\[\(([^)]*)\),\s*(\w+)\]")
+_RELAY_DTYPE_RE = re.compile(r'(?:out_)?dtype="(\w+)"')
+
+
+@dataclass(frozen=True)
+class RelayTensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def size_bytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return (n * dtype_bits(self.dtype) + 7) // 8
+
+
+@dataclass
+class RelaySignature:
+    params: list[RelayTensor]
+    result: RelayTensor | None  # from a `-> Tensor[...]` or a `ty=` annotation, when present
+    result_dtype_hint: str | None  # from the last expression's out_dtype/dtype, when present
+
+
+def parse_relay_main(text: str) -> RelaySignature | None:
+    """The signature of `@main`, or None when the text has none."""
+    start = text.find("def @main(")
+    if start < 0:
+        return None
+    depth = 0
+    end = start + len("def @main")
+    for i in range(end, len(text)):
+        if text[i] == "(":
+            depth += 1
+        elif text[i] == ")":
+            depth -= 1
+            if depth == 0:
+                end = i
+                break
+    header = text[start:end + 1]
+    params = [RelayTensor(m.group(2), _dims(m.group(3)), m.group(4))
+              for m in _RELAY_PARAM_RE.finditer(header)]
+    tail_line = text[end:text.find("{", end)] if "{" in text[end:] else ""
+    result = None
+    arrow = re.search(r"->\s*Tensor\[\(([^)]*)\),\s*(\w+)\]", tail_line)
+    if arrow:
+        result = RelayTensor("output", _dims(arrow.group(1)), arrow.group(2))
+    body = text[end:]
+    last_expr = _last_expression(body)
+    hint = None
+    if last_expr:
+        ty = _RELAY_TY_RE.search(last_expr)
+        if ty and result is None:
+            result = RelayTensor("output", _dims(ty.group(1)), ty.group(2))
+        dt = _RELAY_DTYPE_RE.search(last_expr)
+        if dt:
+            hint = dt.group(1)
+    return RelaySignature(params, result, hint)
+
+
+def _last_expression(body: str) -> str | None:
+    lines = [ln.strip() for ln in body.splitlines() if ln.strip()]
+    # The body ends with the result expression, then "}" (and possibly metadata sections).
+    for i, line in enumerate(lines):
+        if line == "}" and i > 0:
+            return lines[i - 1]
+    return None
+
+
+def _dims(text: str) -> tuple[int, ...]:
+    dims = []
+    for part in text.split(","):
+        m = re.match(r"\s*(-?\d+)", part)
+        if m:
+            dims.append(int(m.group(1)))
+    return tuple(dims)
+
+
+# ---- ELF objects -------------------------------------------------------------------------
+
+ELF_MACHINES = {3: "x86", 8: "mips", 20: "powerpc", 40: "arm", 62: "x86_64", 183: "aarch64",
+                243: "riscv", 94: "xtensa"}
+
+
+def elf_arch(blob: bytes) -> str:
+    """Architecture of an ELF object from its header's e_machine field."""
+    if len(blob) < 20 or blob[:4] != b"\x7fELF":
+        return "unknown"
+    endian = "<" if blob[5] == 1 else ">"
+    (machine,) = struct.unpack_from(endian + "H", blob, 18)
+    return ELF_MACHINES.get(machine, f"elf-machine-{machine}")

@@ -1,0 +1,238 @@
+"""Rendering a firmware project from an MLF archive, a board and the templates.
+
+A project is derived only from its inputs (archive bytes, board file, templates, tool
+version), so the same inputs give byte-identical projects. Everything is checked before
+the first byte is written; a failure while writing leaves no half-made project behind.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from generator import RUNTIME_ABI_VERSION, __version__
+from generator.boards import Board, load_board
+from generator.errors import ProjectError, UnsupportedModelError
+from generator.mlf.archive import ArchiveFiles
+from generator.mlf.model import MlfArchive, ModuleInfo, c_identifier, dtype_bits
+from generator.mlf.reader import load_mlf
+from generator.resources import templates_dir
+
+PROJECT_FILE = "project.json"
+PROJECT_SCHEMA = 1
+STAGING_NAME = ".mtvg-staging"
+WORKSPACE_ALIGN = 16  # MTVG_WORKSPACE_ALIGN in templates/common/include/mtvg/runtime.h
+MIN_LIVE_BLOCKS = 64  # MTVG_WORKSPACE_MAX_LIVE default
+
+_DTYPE_CODES = {"int": 0, "uint": 1, "float": 2, "bfloat": 4, "bool": 1}
+
+
+@dataclass(frozen=True)
+class ExternalPool:
+    name: str
+    c_name: str
+    size_bytes: int
+
+
+@dataclass
+class GeneratedProject:
+    path: Path
+    board: Board
+    archive: MlfArchive
+    module: ModuleInfo
+    arena_bytes: int
+    files: list[str]
+
+
+def check_buildable(module: ModuleInfo, board: Board, origin: str) -> None:
+    """Refuse, with one clear reason, an archive this board cannot run."""
+    foreign = [o for o in module.objects if o.arch != board.arch]
+    if foreign:
+        arches = ", ".join(sorted({o.arch for o in foreign}))
+        paths = ", ".join(o.path for o in foreign)
+        what = "holds only compiled objects" if not module.sources else "holds compiled objects"
+        raise UnsupportedModelError(
+            f"{origin}: cannot build for board '{board.name}': the archive {what} for "
+            f"{arches} ({paths}) and the board runs {board.arch} code",
+            hint="export the model with a C target ('c -keys=cpu') so the archive carries sources")
+    if not module.sources and not module.objects:
+        raise UnsupportedModelError(f"{origin}: the archive has no code (no codegen/host/src "
+                                    "or codegen/host/lib files)")
+    if module.executor != "aot":
+        raise UnsupportedModelError(f"{origin}: the '{module.executor}' executor is not "
+                                    "supported yet; only AOT archives can be built")
+    if any(s.language != "c" for s in module.sources):
+        raise UnsupportedModelError(f"{origin}: C++ model sources are not supported yet")
+    if module.unsupported_calls:
+        raise UnsupportedModelError(
+            f"{origin}: the model's code calls {', '.join(module.unsupported_calls)}, "
+            "which needs a full TVM runtime on the device; not supported")
+
+
+def arena_bytes_for(module: ModuleInfo) -> int:
+    """Bytes to reserve for TVMBackendAllocWorkspace.
+
+    TVM's workspace_size_bytes plus one alignment pad per allocation site: the number of
+    simultaneously live blocks never exceeds the number of call sites.
+    """
+    if module.workspace_call_sites == 0:
+        return 0
+    return module.workspace_size_bytes + module.workspace_call_sites * WORKSPACE_ALIGN
+
+
+def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = False,
+             module_name: str | None = None) -> GeneratedProject:
+    board = load_board(board_name)
+    archive, files = load_mlf(archive_path)
+    try:
+        module = archive.module(module_name)
+    except KeyError:
+        names = ", ".join(m.name for m in archive.modules)
+        raise ProjectError(f"{archive_path}: no module '{module_name}' (it has: {names})") from None
+    check_buildable(module, board, str(archive_path))
+    _check_target_dir(out_dir, force)
+
+    rendered = _render_files(archive, files, module, board, archive_path)
+    _write_atomically(out_dir, rendered)
+    return GeneratedProject(out_dir, board, archive, module, arena_bytes_for(module),
+                            sorted(rendered))
+
+
+def _check_target_dir(out_dir: Path, force: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ProjectError(f"{out_dir} exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise ProjectError(f"{out_dir} exists and is not empty; pass --force to replace it")
+
+
+def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, board: Board,
+                  archive_path: Path) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    common = templates_dir() / "common"
+    crt = templates_dir() / "crt"
+
+    for src in sorted((common / "include").rglob("*.h")):
+        out[f"runtime/include/{src.relative_to(common / 'include').as_posix()}"] = src.read_bytes()
+    for src in sorted((common / "src").glob("*.c")):
+        out[f"runtime/src/{src.name}"] = src.read_bytes()
+    platform_dir = common / "platform" / board.platform
+    if not platform_dir.is_dir():
+        raise ProjectError(f"board '{board.name}' names platform '{board.platform}', which has "
+                           f"no folder {platform_dir}")
+    for src in sorted(platform_dir.iterdir()):
+        if src.is_file() and src.suffix in (".c", ".h", ".ld", ".S"):
+            out[f"platform/{src.name}"] = src.read_bytes()
+    out["app/aot_app.c"] = (crt / "src" / "aot_app.c").read_bytes()
+
+    for s in module.sources:
+        out[f"model/src/{s.path.rsplit('/', 1)[-1]}"] = files.data[s.path]
+    for o in module.objects:
+        out[f"model/lib/{o.path.rsplit('/', 1)[-1]}"] = files.data[o.path]
+    if module.header:
+        out[f"model/include/{module.header.rsplit('/', 1)[-1]}"] = files.data[module.header]
+    out["model/metadata.json"] = files.data["metadata.json"]
+
+    arena = arena_bytes_for(module)
+    external_pools = [ExternalPool(p.name, c_identifier(p.name), p.size_bytes)
+                      for p in module.pools if not p.internal]
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(crt)),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             autoescape=False)
+    context = {
+        "generator_version": __version__,
+        "abi_version": RUNTIME_ABI_VERSION,
+        "board": board,
+        "module": module,
+        "archive_name": archive_path.name,
+        "archive_sha256": archive.sha256 or "directory",
+        "arena_bytes": arena,
+        "external_pools": external_pools,
+        "max_live_blocks": max(MIN_LIVE_BLOCKS, module.workspace_call_sites),
+        "dtype_code": lambda d: _DTYPE_CODES[d.rstrip("0123456789")],
+        "dtype_bits": dtype_bits,
+        "runtime_sources": sorted(n for n in out if n.startswith("runtime/src/")),
+        "platform_sources": sorted(n for n in out if n.startswith("platform/")
+                                   and n.endswith((".c", ".S"))),
+        "app_sources": ["app/aot_app.c", "app/model_glue.c"],
+        "model_sources": sorted(n for n in out if n.startswith("model/src/")),
+        "model_objects": sorted(n for n in out if n.startswith("model/lib/")),
+    }
+    out["app/model_glue.c"] = env.get_template("model_glue.c.j2").render(context).encode()
+    out["CMakeLists.txt"] = env.get_template("CMakeLists.txt.j2").render(context).encode()
+    if not board.is_native:
+        out["cmake/toolchain.cmake"] = env.get_template("toolchain.cmake.j2").render(context).encode()
+
+    project = {
+        "schema": PROJECT_SCHEMA,
+        "generator_version": __version__,
+        "runtime_abi": RUNTIME_ABI_VERSION,
+        "board": board.name,
+        "archive": {"name": archive_path.name, "sha256": archive.sha256,
+                    "mlf_version": archive.version},
+        "module": {
+            "name": module.name,
+            "executor": module.executor,
+            "entry": module.entry,
+            "inputs": [_tensor_json(t) for t in module.inputs],
+            "outputs": [_tensor_json(t) for t in module.outputs],
+            "workspace_size_bytes": module.workspace_size_bytes,
+            "arena_bytes": arena,
+            "pools": [{"name": p.name, "size_bytes": p.size_bytes, "internal": p.internal}
+                      for p in module.pools],
+        },
+    }
+    out[PROJECT_FILE] = (json.dumps(project, indent=2, sort_keys=True) + "\n").encode()
+    return out
+
+
+def _tensor_json(t) -> dict:
+    return {"name": t.name, "dtype": t.dtype, "shape": list(t.effective_shape()),
+            "size_bytes": t.size_bytes}
+
+
+def _write_atomically(out_dir: Path, rendered: dict[str, bytes]) -> None:
+    """Write every file, or nothing: on failure the directory is as it was (or absent)."""
+    created = not out_dir.exists()
+    staging = out_dir / STAGING_NAME
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if staging.exists():
+            shutil.rmtree(staging)
+        for rel, data in sorted(rendered.items()):
+            dest = staging / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+        for old in out_dir.iterdir():
+            if old.name == STAGING_NAME:
+                continue
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
+            else:
+                old.unlink()
+        for item in sorted(staging.iterdir()):
+            item.rename(out_dir / item.name)
+        staging.rmdir()
+    except BaseException:
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        else:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def load_project(project_dir: Path) -> dict:
+    path = project_dir / PROJECT_FILE
+    if not path.is_file():
+        raise ProjectError(f"{project_dir} is not a microtvm-gen project (no {PROJECT_FILE})",
+                           hint="run 'microtvm-gen generate' first")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ProjectError(f"{path} is not valid JSON ({exc.msg})") from exc
+    if data.get("schema") != PROJECT_SCHEMA:
+        raise ProjectError(f"{path}: project schema {data.get('schema')!r}; regenerate the project")
+    return data

@@ -1,0 +1,142 @@
+"""Running a built project on its board: send inputs, run, read outputs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from generator.boards import load_board
+from generator.build import BUILD_DIR, BUILD_INFO, FIRMWARE, BuildResult, build
+from generator.device.runner import open_device
+from generator.elfsize import elf_size
+from generator.errors import DeviceError, InputError
+from generator.link.app_client import AppClient, RunResult
+from generator.mlf.model import c_identifier
+from generator.project.generate import load_project
+from generator import RUNTIME_ABI_VERSION
+
+BOOT_TIMEOUT = 60.0
+REPLY_TIMEOUT = 120.0
+
+
+@dataclass
+class TensorSpec:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    size_bytes: int
+
+    @classmethod
+    def from_json(cls, d: dict) -> TensorSpec:
+        return cls(d["name"], d["dtype"], tuple(d["shape"]), d["size_bytes"])
+
+
+@dataclass
+class RunReport:
+    board: str
+    outputs: list[dict[str, np.ndarray]]  # one dict per sample
+    results: list[RunResult]
+    flash_bytes: int
+    ram_bytes: int
+    arena_bytes: int
+    output_files: list[Path] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        samples = []
+        for outs, res in zip(self.outputs, self.results):
+            samples.append({
+                "status": res.status,
+                "seconds": res.seconds,
+                "ticks": res.ticks,
+                "tick_hz": res.hz,
+                "workspace_peak_bytes": res.workspace_peak,
+                "outputs": {k: v.tolist() for k, v in outs.items()},
+            })
+        return {"board": self.board, "samples": samples, "flash_bytes": self.flash_bytes,
+                "ram_bytes": self.ram_bytes, "arena_bytes": self.arena_bytes,
+                "output_files": [str(p) for p in self.output_files]}
+
+
+def prepare_input(spec: TensorSpec, array: np.ndarray, origin: str) -> bytes:
+    """Check a user's array against the model input and return its bytes."""
+    want = np.dtype(spec.dtype)
+    if array.dtype != want:
+        raise InputError(f"{origin}: input '{spec.name}' must be {spec.dtype}, got {array.dtype}")
+    if array.size * want.itemsize != spec.size_bytes:
+        raise InputError(f"{origin}: input '{spec.name}' needs shape {list(spec.shape)} "
+                         f"({spec.size_bytes} bytes), got shape {list(array.shape)}")
+    return np.ascontiguousarray(array).astype(want.newbyteorder("<"), copy=False).tobytes()
+
+
+def ensure_built(project_dir: Path, progress=None) -> BuildResult | None:
+    info = project_dir / BUILD_DIR / BUILD_INFO
+    elf = project_dir / BUILD_DIR / FIRMWARE
+    if info.exists() and elf.exists() and not json.loads(info.read_text()).get("sanitize"):
+        return None
+    return build(project_dir, progress=progress)
+
+
+def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
+                output_dir: Path | None = None, progress=None) -> RunReport:
+    project = load_project(project_dir)
+    inputs = [TensorSpec.from_json(d) for d in project["module"]["inputs"]]
+    outputs = [TensorSpec.from_json(d) for d in project["module"]["outputs"]]
+    encoded = []
+    for i, sample in enumerate(samples):
+        where = f"sample {i}" if len(samples) > 1 else "input"
+        missing = [s.name for s in inputs if s.name not in sample]
+        unknown = sorted(set(sample) - {s.name for s in inputs})
+        if missing or unknown:
+            raise InputError(f"{where}: model inputs are {', '.join(s.name for s in inputs)}"
+                             + (f"; missing {', '.join(missing)}" if missing else "")
+                             + (f"; unknown {', '.join(unknown)}" if unknown else ""))
+        encoded.append([prepare_input(s, sample[s.name], where) for s in inputs])
+
+    ensure_built(project_dir, progress)
+    board = load_board(project["board"])
+    elf = project_dir / BUILD_DIR / FIRMWARE
+    size = elf_size(elf)
+    all_outputs: list[dict[str, np.ndarray]] = []
+    results: list[RunResult] = []
+    if progress:
+        progress(f"starting {board.name}")
+    with open_device(board, elf) as device:
+        client = AppClient(device, REPLY_TIMEOUT)
+        hello = client.hello(BOOT_TIMEOUT)
+        if hello.abi != RUNTIME_ABI_VERSION or hello.input_sizes != [s.size_bytes for s in inputs] \
+                or hello.output_sizes != [s.size_bytes for s in outputs]:
+            raise DeviceError("the firmware does not match project.json; rebuild the project")
+        for n, sample_bytes in enumerate(encoded):
+            if progress and len(encoded) > 1:
+                progress(f"sample {n + 1}/{len(encoded)}")
+            for index, data in enumerate(sample_bytes):
+                client.set_input(index, data)
+            result = client.run()
+            if result.status != 0:
+                raise DeviceError(f"the model returned status {result.status} on the device"
+                                  + (f": {result.message}" if result.message else ""))
+            results.append(result)
+            outs = {}
+            for index, spec in enumerate(outputs):
+                raw = client.get_output(index, spec.size_bytes)
+                outs[spec.name] = np.frombuffer(raw, dtype=np.dtype(spec.dtype).newbyteorder("<")
+                                                ).astype(spec.dtype).reshape(spec.shape)
+            all_outputs.append(outs)
+        client.quit(0)
+        status = device.wait(timeout=BOOT_TIMEOUT)
+        if status != 0:
+            raise DeviceError(f"{device.description} exited with status {status}")
+    report = RunReport(board.name, all_outputs, results, size.flash, size.ram,
+                       project["module"]["arena_bytes"])
+    if output_dir is not None:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        for spec in outputs:
+            stacked = (all_outputs[0][spec.name] if len(all_outputs) == 1
+                       else np.stack([o[spec.name] for o in all_outputs]))
+            path = output_dir / f"{c_identifier(spec.name)}.npy"
+            np.save(path, stacked)
+            report.output_files.append(path)
+    return report

@@ -1,0 +1,45 @@
+/*
+ * microtvm-gen runtime: what the generated model glue (model_glue.c) provides to the app.
+ *
+ * The glue owns every buffer: inputs, outputs, the workspace arena and external pools,
+ * all static and sized from the archive at generation time.
+ */
+#ifndef MTVG_MODEL_H_
+#define MTVG_MODEL_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*! \brief One input or output buffer of the model. */
+typedef struct {
+  const char* name;    /*!< tensor name as in the archive */
+  uint8_t* data;       /*!< static buffer, aligned to 16 bytes */
+  uint32_t size_bytes; /*!< exact size of the tensor */
+} mtvg_tensor_t;
+
+extern mtvg_tensor_t mtvg_model_inputs[];
+extern const uint32_t mtvg_model_num_inputs;
+extern mtvg_tensor_t mtvg_model_outputs[];
+extern const uint32_t mtvg_model_num_outputs;
+
+/*! \brief Bytes of the workspace arena reserved for TVMBackendAllocWorkspace. */
+extern const uint32_t mtvg_model_arena_bytes;
+
+/*! \brief Prepare the model (hand the arena to the workspace allocator). */
+void mtvg_model_init(void);
+
+/*!
+ * \brief Run the model once on the input buffers, writing the output buffers.
+ * \return 0 on success; the generated code's nonzero status otherwise
+ *         (TVMGetLastError() may say why).
+ */
+int32_t mtvg_model_run(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MTVG_MODEL_H_ */

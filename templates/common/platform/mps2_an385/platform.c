@@ -1,0 +1,313 @@
+/*
+ * microtvm-gen board port for QEMU's mps2-an385 (Cortex-M3): implementation of
+ * mtvg/platform.h plus the newlib system-call stubs.
+ *
+ *   link   CMSDK APB UART0 (0x40004000), polled; QEMU connects it to -serial #0.
+ *   timer  SysTick on the processor clock, 24-bit down-counter extended to 64 bits by
+ *          counting its wrap interrupts.
+ *   exit   ARM semihosting SYS_EXIT / SYS_EXIT_EXTENDED, which QEMU turns into its own
+ *          process exit status.
+ *   stdio  printf() and friends go to the semihosting console (QEMU prints it on its
+ *          stderr), never to the UART: the UART carries the binary host protocol.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "an385_hw.h"
+#include "mtvg/platform.h"
+
+/* ---- Configuration (override with -D) ------------------------------------------------ */
+
+/* Processor clock of the an385 FPGA image (QEMU models SYSCLK = 25 MHz). */
+#ifndef MTVG_CPU_HZ
+#define MTVG_CPU_HZ 25000000u
+#endif
+
+/* Nominal UART baud rate. QEMU does not pace output by it, but rejects divisors < 16. */
+#ifndef MTVG_UART_BAUD
+#define MTVG_UART_BAUD 115200u
+#endif
+
+/* ---- CMSDK APB UART0 ----------------------------------------------------------------- */
+
+#define MTVG_UART0_BASE 0x40004000u
+#define MTVG_UART_DATA MTVG_REG32(MTVG_UART0_BASE + 0x00u)
+#define MTVG_UART_STATE MTVG_REG32(MTVG_UART0_BASE + 0x04u)
+#define MTVG_UART_CTRL MTVG_REG32(MTVG_UART0_BASE + 0x08u)
+#define MTVG_UART_INTSTATUS MTVG_REG32(MTVG_UART0_BASE + 0x0Cu)
+#define MTVG_UART_BAUDDIV MTVG_REG32(MTVG_UART0_BASE + 0x10u)
+
+#define MTVG_UART_STATE_TX_FULL (1u << 0)
+#define MTVG_UART_STATE_RX_FULL (1u << 1)
+#define MTVG_UART_STATE_TX_OVERRUN (1u << 2) /* write 1 to clear */
+#define MTVG_UART_STATE_RX_OVERRUN (1u << 3) /* write 1 to clear */
+#define MTVG_UART_CTRL_TX_EN (1u << 0)
+#define MTVG_UART_CTRL_RX_EN (1u << 1)
+#define MTVG_UART_INT_ALL 0xFu /* TX, RX, TX overrun, RX overrun; write 1 to clear */
+#define MTVG_UART_DATA_MASK 0xFFu
+#define MTVG_UART_MIN_BAUDDIV 16u
+
+#define MTVG_UART_BAUDDIV_VALUE                                             \
+  ((MTVG_CPU_HZ / MTVG_UART_BAUD) < MTVG_UART_MIN_BAUDDIV ? MTVG_UART_MIN_BAUDDIV \
+                                                          : (MTVG_CPU_HZ / MTVG_UART_BAUD))
+
+/* ---- SysTick ------------------------------------------------------------------------- */
+
+#define MTVG_SYSTICK_RELOAD 0x00FFFFFFu /* largest 24-bit reload */
+#define MTVG_SYSTICK_PERIOD_BITS 24u    /* ticks per wrap = RELOAD + 1 = 2^24 */
+/* Upper bound on polls for the counter to leave 0 right after it is enabled. */
+#define MTVG_SYSTICK_START_POLLS 1000u
+
+/* Number of completed SysTick periods; written only by SysTick_Handler. */
+static volatile uint64_t s_systick_wraps;
+
+void SysTick_Handler(void) { s_systick_wraps = s_systick_wraps + 1u; }
+
+static void timer_init(void) {
+  MTVG_SYST_CSR = 0u;
+  s_systick_wraps = 0u;
+  MTVG_SYST_RVR = MTVG_SYSTICK_RELOAD;
+  MTVG_SYST_CVR = 0u; /* any write clears the counter and COUNTFLAG */
+  MTVG_SYST_CSR = MTVG_SYST_CSR_CLKSOURCE | MTVG_SYST_CSR_TICKINT | MTVG_SYST_CSR_ENABLE;
+  /*
+   * The counter reads 0 until the first clock loads RELOAD; a reading of 0 would mean
+   * "end of the period" below, so wait (boundedly) for the load to make the start 0.
+   */
+  for (uint32_t i = 0u; i < MTVG_SYSTICK_START_POLLS && MTVG_SYST_CVR == 0u; ++i) {
+  }
+}
+
+/*
+ * ticks = wraps * 2^24 + (RELOAD - CVR), CVR counting down from RELOAD to 0.
+ *
+ * Races handled:
+ *  - the wrap interrupt running while we sample: the wrap count is read before and after
+ *    and the sample is retried if it changed (the handler is the only writer, so this also
+ *    covers a torn read of the 64-bit counter);
+ *  - the counter having wrapped but its interrupt not yet taken (interrupts masked, or the
+ *    few cycles of exception latency): then ICSR.PENDSTSET is set, CVR is re-read (it is
+ *    now certainly post-wrap) and the pending wrap is counted here.
+ * SYST_CSR.COUNTFLAG carries the same "wrapped" information but is cleared by every read
+ * of SYST_CSR, so polling it here would be a side effect; PENDSTSET is read-only state.
+ * Correct as long as interrupts are never masked for more than one period (2^24 cycles,
+ * ~0.67 s at 25 MHz).
+ */
+uint64_t mtvg_timer_ticks(void) {
+  uint64_t before;
+  uint64_t wraps;
+  uint32_t current;
+  do {
+    before = s_systick_wraps;
+    current = MTVG_SYST_CVR;
+    wraps = before;
+    if ((MTVG_SCB_ICSR & MTVG_SCB_ICSR_PENDSTSET) != 0u) {
+      current = MTVG_SYST_CVR;
+      wraps += 1u;
+    }
+  } while (s_systick_wraps != before);
+  return (wraps << MTVG_SYSTICK_PERIOD_BITS) + (uint64_t)(MTVG_SYSTICK_RELOAD - current);
+}
+
+uint64_t mtvg_timer_hz(void) { return (uint64_t)MTVG_CPU_HZ; }
+
+/* ---- Link ---------------------------------------------------------------------------- */
+
+static void uart_init(void) {
+  MTVG_UART_CTRL = 0u;
+  MTVG_UART_BAUDDIV = MTVG_UART_BAUDDIV_VALUE;
+  MTVG_UART_STATE = MTVG_UART_STATE_TX_OVERRUN | MTVG_UART_STATE_RX_OVERRUN;
+  MTVG_UART_INTSTATUS = MTVG_UART_INT_ALL;
+  MTVG_UART_CTRL = MTVG_UART_CTRL_TX_EN | MTVG_UART_CTRL_RX_EN; /* no interrupts: polled */
+}
+
+void mtvg_platform_init(void) {
+  uart_init();
+  timer_init();
+}
+
+/* Blocks until n bytes arrived. A UART has no end of input, so this never returns -1. */
+int mtvg_link_read(uint8_t* buf, size_t n) {
+  for (size_t i = 0u; i < n; ++i) {
+    while ((MTVG_UART_STATE & MTVG_UART_STATE_RX_FULL) == 0u) {
+    }
+    buf[i] = (uint8_t)(MTVG_UART_DATA & MTVG_UART_DATA_MASK);
+  }
+  return 0;
+}
+
+int mtvg_link_write(const uint8_t* buf, size_t n) {
+  for (size_t i = 0u; i < n; ++i) {
+    while ((MTVG_UART_STATE & MTVG_UART_STATE_TX_FULL) != 0u) {
+    }
+    MTVG_UART_DATA = buf[i];
+  }
+  return 0;
+}
+
+/*
+ * Waits until the transmit holding register is empty. On QEMU that means the last byte
+ * was handed to the character backend (QEMU keeps TX-full set while the host side is not
+ * accepting data), so it is exact. The CMSDK UART has no "shifter empty" flag, so on real
+ * silicon the final byte may still be on the wire when this returns.
+ */
+void mtvg_link_flush(void) {
+  while ((MTVG_UART_STATE & MTVG_UART_STATE_TX_FULL) != 0u) {
+  }
+}
+
+/* ---- Exit ---------------------------------------------------------------------------- */
+
+/* Host exit statuses are 8 bits wide; a nonzero status must never read as success. */
+#define MTVG_EXIT_STATUS_MASK 0xFFu
+#define MTVG_EXIT_STATUS_FALLBACK 1u
+
+/*
+ * status 0: SYS_EXIT with ADP_Stopped_ApplicationExit, QEMU exits with 0.
+ * otherwise: SYS_EXIT_EXTENDED with {ADP_Stopped_ApplicationExit, status}; QEMU (7.2,
+ * AArch32 too) exits with that subcode. Plain SYS_EXIT cannot carry a status on AArch32:
+ * QEMU maps every other reason code to exit status 1.
+ */
+void mtvg_platform_exit(int status) {
+  mtvg_link_flush();
+  if (status == 0) {
+    (void)mtvg_semihost(MTVG_SH_SYS_EXIT, MTVG_SH_ADP_STOPPED_APPLICATION_EXIT);
+  } else {
+    uint32_t code = (uint32_t)status & MTVG_EXIT_STATUS_MASK;
+    volatile uint32_t block[2];
+    block[0] = MTVG_SH_ADP_STOPPED_APPLICATION_EXIT;
+    block[1] = code != 0u ? code : MTVG_EXIT_STATUS_FALLBACK;
+    (void)mtvg_semihost(MTVG_SH_SYS_EXIT_EXTENDED, (uintptr_t)block);
+  }
+  /* Only reached if the host ignored the request: try the generic failure exit, then park. */
+  (void)mtvg_semihost(MTVG_SH_SYS_EXIT, MTVG_SH_ADP_STOPPED_RUNTIME_ERROR_UNKNOWN);
+  for (;;) {
+  }
+}
+
+/* ---- newlib system calls -------------------------------------------------------------- */
+/*
+ * Just enough for stdio (printf), malloc and exit. No rdimon/nosys specs needed.
+ * fd 0/1/2 are "terminals": reads return end of file, writes go to the semihosting
+ * console through SYS_WRITE0 (in chunks; NUL bytes through SYS_WRITEC).
+ */
+
+#define MTVG_STDIN_FD 0
+#define MTVG_STDERR_FD 2
+#define MTVG_CONSOLE_CHUNK 128u
+
+int _close(int fd);
+int _fstat(int fd, struct stat* st);
+int _getpid(void);
+int _isatty(int fd);
+int _kill(int pid, int sig);
+off_t _lseek(int fd, off_t offset, int whence);
+int _read(int fd, void* buf, size_t len);
+void* _sbrk(ptrdiff_t increment);
+int _write(int fd, const void* buf, size_t len);
+void _exit(int status) __attribute__((noreturn));
+
+extern uint8_t __heap_start__[];
+extern uint8_t __heap_end__[];
+
+static int is_console(int fd) { return fd >= MTVG_STDIN_FD && fd <= MTVG_STDERR_FD; }
+
+void* _sbrk(ptrdiff_t increment) {
+  static uint8_t* s_break = NULL;
+  if (s_break == NULL) {
+    s_break = __heap_start__;
+  }
+  size_t room_up = (size_t)(__heap_end__ - s_break);
+  size_t room_down = (size_t)(s_break - __heap_start__);
+  if ((increment > 0 && (size_t)increment > room_up) ||
+      (increment < 0 && (size_t)(-increment) > room_down)) {
+    errno = ENOMEM;
+    return (void*)-1;
+  }
+  uint8_t* previous = s_break;
+  s_break += increment;
+  return previous;
+}
+
+int _write(int fd, const void* buf, size_t len) {
+  static char chunk[MTVG_CONSOLE_CHUNK + 1u];
+  if (!is_console(fd) || fd == MTVG_STDIN_FD) {
+    errno = EBADF;
+    return -1;
+  }
+  const char* bytes = (const char*)buf;
+  size_t used = 0u;
+  for (size_t i = 0u; i < len; ++i) {
+    if (bytes[i] != '\0') {
+      chunk[used++] = bytes[i];
+    }
+    if (used == MTVG_CONSOLE_CHUNK || bytes[i] == '\0' || i + 1u == len) {
+      chunk[used] = '\0';
+      if (used != 0u) {
+        mtvg_semihost_puts(chunk);
+      }
+      used = 0u;
+    }
+    if (bytes[i] == '\0') {
+      (void)mtvg_semihost(MTVG_SH_SYS_WRITEC, (uintptr_t)&bytes[i]);
+    }
+  }
+  return (int)len;
+}
+
+int _read(int fd, void* buf, size_t len) {
+  (void)buf;
+  (void)len;
+  if (!is_console(fd)) {
+    errno = EBADF;
+    return -1;
+  }
+  return 0; /* end of file */
+}
+
+int _close(int fd) {
+  if (!is_console(fd)) {
+    errno = EBADF;
+    return -1;
+  }
+  return 0;
+}
+
+off_t _lseek(int fd, off_t offset, int whence) {
+  (void)offset;
+  (void)whence;
+  errno = is_console(fd) ? ESPIPE : EBADF;
+  return (off_t)-1;
+}
+
+int _fstat(int fd, struct stat* st) {
+  if (!is_console(fd)) {
+    errno = EBADF;
+    return -1;
+  }
+  memset(st, 0, sizeof(*st));
+  st->st_mode = S_IFCHR; /* character device: newlib line-buffers it */
+  return 0;
+}
+
+int _isatty(int fd) {
+  if (!is_console(fd)) {
+    errno = EBADF;
+    return 0;
+  }
+  return 1;
+}
+
+int _getpid(void) { return 1; }
+
+int _kill(int pid, int sig) {
+  (void)pid;
+  (void)sig;
+  errno = EINVAL;
+  return -1;
+}
+
+void _exit(int status) { mtvg_platform_exit(status); }

@@ -1,0 +1,178 @@
+/*
+ * microtvm-gen runtime: the framing layer of the host link.
+ *
+ * Wire format (microTVM-compatible): FF FD, u32 LE payload length, payload, u16 LE CRC.
+ * Every FF byte of length, payload and CRC is sent as FF FF. The CRC (CCITT-FALSE) covers
+ * the wire bytes from FF FD to the end of the escaped payload. Receivers skip FE outside
+ * frames and FF FE inside them; FF FD inside a frame starts a new frame.
+ */
+#include "mtvg/platform.h"
+#include "mtvg/runtime.h"
+
+#define FRAME_ESC 0xFFu
+#define FRAME_NOP 0xFEu
+#define FRAME_START 0xFDu
+#define FRAME_CHUNK 64u /* bytes staged before each mtvg_link_write */
+
+static uint32_t frame_errors;
+
+uint16_t mtvg_crc16_update(uint16_t crc, const uint8_t* data, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    crc ^= (uint16_t)((uint16_t)data[i] << 8);
+    for (int bit = 0; bit < 8; bit++) {
+      crc = (crc & 0x8000u) ? (uint16_t)((crc << 1) ^ 0x1021u) : (uint16_t)(crc << 1);
+    }
+  }
+  return crc;
+}
+
+typedef struct {
+  uint8_t buf[FRAME_CHUNK];
+  size_t used;
+  uint16_t crc;
+  int failed;
+} frame_writer_t;
+
+static void writer_flush(frame_writer_t* w) {
+  if (w->used > 0 && !w->failed) {
+    if (mtvg_link_write(w->buf, w->used) != 0) {
+      w->failed = 1;
+    }
+  }
+  w->used = 0;
+}
+
+static void writer_put(frame_writer_t* w, uint8_t byte, int in_crc) {
+  if (w->used == sizeof(w->buf)) {
+    writer_flush(w);
+  }
+  w->buf[w->used++] = byte;
+  if (in_crc) {
+    w->crc = mtvg_crc16_update(w->crc, &byte, 1);
+  }
+}
+
+static void writer_put_escaped(frame_writer_t* w, const uint8_t* data, size_t n, int in_crc) {
+  for (size_t i = 0; i < n; i++) {
+    writer_put(w, data[i], in_crc);
+    if (data[i] == FRAME_ESC) {
+      writer_put(w, FRAME_ESC, in_crc);
+    }
+  }
+}
+
+int mtvg_frame_send(const uint8_t* payload, size_t n) {
+  if (n > MTVG_LINK_MAX_PAYLOAD) {
+    return -1;
+  }
+  frame_writer_t w = {.used = 0, .crc = 0xFFFFu, .failed = 0};
+  uint8_t len[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
+  writer_put(&w, FRAME_ESC, 1);
+  writer_put(&w, FRAME_START, 1);
+  writer_put_escaped(&w, len, sizeof(len), 1);
+  writer_put_escaped(&w, payload, n, 1);
+  uint8_t crc[2] = {(uint8_t)w.crc, (uint8_t)(w.crc >> 8)};
+  writer_put_escaped(&w, crc, sizeof(crc), 0);
+  writer_flush(&w);
+  mtvg_link_flush();
+  return w.failed ? -1 : 0;
+}
+
+uint32_t mtvg_frame_errors(void) { return frame_errors; }
+
+/* Reads one logical byte inside a frame. Returns the byte (0..255), -1 on link close,
+ * -2 when FF FD restarts the frame, -3 on an invalid escape. Adds wire bytes to *crc. */
+static int read_frame_byte(uint16_t* crc) {
+  uint8_t b;
+  for (;;) {
+    if (mtvg_link_read(&b, 1) != 0) {
+      return -1;
+    }
+    if (b != FRAME_ESC) {
+      *crc = mtvg_crc16_update(*crc, &b, 1);
+      return b;
+    }
+    uint8_t next;
+    if (mtvg_link_read(&next, 1) != 0) {
+      return -1;
+    }
+    if (next == FRAME_ESC) {
+      uint8_t pair[2] = {FRAME_ESC, FRAME_ESC};
+      *crc = mtvg_crc16_update(*crc, pair, 2);
+      return FRAME_ESC;
+    }
+    if (next == FRAME_NOP) {
+      continue;
+    }
+    if (next == FRAME_START) {
+      return -2;
+    }
+    return -3;
+  }
+}
+
+/* Waits for FF FD outside a frame. Returns 0 when found, -1 on link close. */
+static int hunt_start(void) {
+  uint8_t b;
+  int saw_esc = 0;
+  for (;;) {
+    if (mtvg_link_read(&b, 1) != 0) {
+      return -1;
+    }
+    if (saw_esc && b == FRAME_START) {
+      return 0;
+    }
+    saw_esc = (b == FRAME_ESC);
+  }
+}
+
+int32_t mtvg_frame_receive(uint8_t* buf) {
+  int have_start = 0;
+  for (;;) {
+    if (!have_start && hunt_start() != 0) {
+      return -1;
+    }
+    have_start = 0;
+    const uint8_t start[2] = {FRAME_ESC, FRAME_START};
+    uint16_t crc = mtvg_crc16_update(0xFFFFu, start, 2);
+    uint32_t len = 0;
+    int c = 0;
+    for (int i = 0; i < 4; i++) {
+      c = read_frame_byte(&crc);
+      if (c < 0) {
+        break;
+      }
+      len |= (uint32_t)c << (8 * i);
+    }
+    if (c >= 0 && len > MTVG_LINK_MAX_PAYLOAD) {
+      c = -3;
+    }
+    for (uint32_t i = 0; c >= 0 && i < len; i++) {
+      c = read_frame_byte(&crc);
+      if (c >= 0) {
+        buf[i] = (uint8_t)c;
+      }
+    }
+    uint16_t got = 0;
+    uint16_t ignored = 0;
+    for (int i = 0; c >= 0 && i < 2; i++) {
+      c = read_frame_byte(&ignored);
+      if (c >= 0) {
+        got |= (uint16_t)((uint16_t)c << (8 * i));
+      }
+    }
+    if (c == -1) {
+      return -1;
+    }
+    if (c == -2) {
+      frame_errors++;
+      have_start = 1;
+      continue;
+    }
+    if (c == -3 || got != crc) {
+      frame_errors++;
+      continue;
+    }
+    return (int32_t)len;
+  }
+}

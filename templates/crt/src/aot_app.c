@@ -1,0 +1,176 @@
+/*
+ * microtvm-gen standalone application: runs the model on request of the host.
+ *
+ * The host and the device exchange frames (mtvg_frame_send/receive). Each payload starts
+ * with a command byte; integers are little-endian. docs/link.md has the full table.
+ *   device -> host  'H' hello: abi, counts, sizes      (once, at start)
+ *   host -> device  'I' idx offset data  -> 'A' status  (write part of an input)
+ *   host -> device  'R'                  -> 'D' status ticks hz peak errors message
+ *   host -> device  'O' idx offset len   -> 'o' data    (read part of an output)
+ *   host -> device  'Q' status           -> (exit with that status)
+ *   device -> host  'E' message          (a request the device could not honour)
+ */
+#include <string.h>
+
+#include "mtvg/model.h"
+#include "mtvg/platform.h"
+#include "mtvg/runtime.h"
+#include "tvm/runtime/c_runtime_api.h"
+
+#define CMD_HELLO 'H'
+#define CMD_INPUT 'I'
+#define CMD_ACK 'A'
+#define CMD_RUN 'R'
+#define CMD_DONE 'D'
+#define CMD_OUTPUT 'O'
+#define CMD_OUTPUT_DATA 'o'
+#define CMD_QUIT 'Q'
+#define CMD_ERROR 'E'
+
+static uint8_t rx[MTVG_LINK_MAX_PAYLOAD];
+static uint8_t tx[MTVG_LINK_MAX_PAYLOAD];
+
+static void put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; i++) {
+    p[i] = (uint8_t)(v >> (8 * i));
+  }
+}
+
+static void put_u64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; i++) {
+    p[i] = (uint8_t)(v >> (8 * i));
+  }
+}
+
+static uint32_t get_u32(const uint8_t* p) {
+  return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+         ((uint32_t)p[3] << 24);
+}
+
+static void send_error(const char* msg) {
+  size_t n = strlen(msg);
+  if (n > sizeof(tx) - 1) {
+    n = sizeof(tx) - 1;
+  }
+  tx[0] = CMD_ERROR;
+  memcpy(tx + 1, msg, n);
+  (void)mtvg_frame_send(tx, n + 1);
+}
+
+static void send_hello(void) {
+  size_t n = 0;
+  tx[n++] = CMD_HELLO;
+  put_u32(tx + n, MTVG_RUNTIME_ABI_VERSION);
+  n += 4;
+  put_u32(tx + n, mtvg_model_num_inputs);
+  n += 4;
+  put_u32(tx + n, mtvg_model_num_outputs);
+  n += 4;
+  for (uint32_t i = 0; i < mtvg_model_num_inputs && n + 4 <= sizeof(tx); i++, n += 4) {
+    put_u32(tx + n, mtvg_model_inputs[i].size_bytes);
+  }
+  for (uint32_t i = 0; i < mtvg_model_num_outputs && n + 4 <= sizeof(tx); i++, n += 4) {
+    put_u32(tx + n, mtvg_model_outputs[i].size_bytes);
+  }
+  if (n + 4 <= sizeof(tx)) {
+    put_u32(tx + n, mtvg_model_arena_bytes);
+    n += 4;
+  }
+  (void)mtvg_frame_send(tx, n);
+}
+
+/* 'I' idx(u8) offset(u32) data... */
+static void handle_input(int32_t len) {
+  if (len < 6 || rx[1] >= mtvg_model_num_inputs) {
+    send_error("bad input request");
+    return;
+  }
+  mtvg_tensor_t* t = &mtvg_model_inputs[rx[1]];
+  uint32_t offset = get_u32(rx + 2);
+  uint32_t count = (uint32_t)len - 6;
+  if (offset > t->size_bytes || count > t->size_bytes - offset) {
+    send_error("input data beyond the tensor");
+    return;
+  }
+  memcpy(t->data + offset, rx + 6, count);
+  tx[0] = CMD_ACK;
+  tx[1] = 0;
+  (void)mtvg_frame_send(tx, 2);
+}
+
+/* 'O' idx(u8) offset(u32) len(u32) */
+static void handle_output(int32_t len) {
+  if (len != 10 || rx[1] >= mtvg_model_num_outputs) {
+    send_error("bad output request");
+    return;
+  }
+  const mtvg_tensor_t* t = &mtvg_model_outputs[rx[1]];
+  uint32_t offset = get_u32(rx + 2);
+  uint32_t count = get_u32(rx + 6);
+  if (offset > t->size_bytes || count > t->size_bytes - offset || count > sizeof(tx) - 1) {
+    send_error("output range beyond the tensor or the frame");
+    return;
+  }
+  tx[0] = CMD_OUTPUT_DATA;
+  memcpy(tx + 1, t->data + offset, count);
+  (void)mtvg_frame_send(tx, count + 1);
+}
+
+static void handle_run(void) {
+  TVMAPISetLastError("");
+  uint64_t start = mtvg_timer_ticks();
+  int32_t status = mtvg_model_run();
+  uint64_t ticks = mtvg_timer_ticks() - start;
+  size_t n = 0;
+  tx[n++] = CMD_DONE;
+  put_u32(tx + n, (uint32_t)status);
+  n += 4;
+  put_u64(tx + n, ticks);
+  n += 8;
+  put_u64(tx + n, mtvg_timer_hz());
+  n += 8;
+  put_u32(tx + n, (uint32_t)mtvg_workspace_peak());
+  n += 4;
+  put_u32(tx + n, mtvg_frame_errors());
+  n += 4;
+  const char* msg = TVMGetLastError();
+  size_t msg_len = strlen(msg);
+  if (msg_len > sizeof(tx) - n) {
+    msg_len = sizeof(tx) - n;
+  }
+  memcpy(tx + n, msg, msg_len);
+  n += msg_len;
+  (void)mtvg_frame_send(tx, n);
+}
+
+int main(void) {
+  mtvg_platform_init();
+  mtvg_model_init();
+  send_hello();
+  for (;;) {
+    int32_t len = mtvg_frame_receive(rx);
+    if (len < 0) {
+      return 0; /* the host closed the link */
+    }
+    if (len == 0) {
+      send_error("empty frame");
+      continue;
+    }
+    switch (rx[0]) {
+      case CMD_INPUT:
+        handle_input(len);
+        break;
+      case CMD_RUN:
+        handle_run();
+        break;
+      case CMD_OUTPUT:
+        handle_output(len);
+        break;
+      case CMD_QUIT:
+        mtvg_platform_exit(len >= 5 ? (int)get_u32(rx + 1) : 0);
+      default:
+        send_error("unknown command");
+        break;
+    }
+  }
+}
