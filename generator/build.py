@@ -78,12 +78,15 @@ def _run(cmd: list[str], cwd: Path, what: str, log: Path) -> None:
         proc = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                               env={**os.environ, "CLICOLOR": "0"})
     if proc.returncode != 0:
-        tail = log.read_text(errors="replace").strip().splitlines()[-12:]
-        raise ToolchainError(f"{what} failed (exit {proc.returncode}); see {log}\n" +
-                             "\n".join(tail))
+        lines = log.read_text(errors="replace").strip().splitlines()
+        first_error = next((ln.strip() for ln in lines if "error" in ln.lower()),
+                           lines[-1] if lines else "")
+        raise ToolchainError(f"{what} failed (exit {proc.returncode}): {first_error[:300]}; "
+                             f"full log in {log}")
 
 
 def build(project_dir: Path, sanitize: bool = False, progress=None) -> BuildResult:
+    project_dir = project_dir.resolve()
     project = load_project(project_dir)
     board = load_board(project["board"])
     require_compiler(board)

@@ -108,7 +108,7 @@ def internal_pools(c_text: str) -> dict[str, int]:
 # ---- Relay text (src/<mod>.relay, src/relay.txt) -----------------------------------------
 
 _RELAY_PARAM_RE = re.compile(
-    r'%("?)([^:"\s]+?)\1\s*:\s*Tensor\[\(([^)]*)\),\s*(\w+)\]'
+    r'%(?:"([^"]+)"|([\w.]+))\s*:\s*Tensor\[\(([^)]*)\),\s*(\w+)\]'
 )
 _RELAY_TY_RE = re.compile(r"ty=Tensor\[\(([^)]*)\),\s*(\w+)\]")
 _RELAY_DTYPE_RE = re.compile(r'(?:out_)?dtype="(\w+)"')
@@ -151,7 +151,7 @@ def parse_relay_main(text: str) -> RelaySignature | None:
                 end = i
                 break
     header = text[start:end + 1]
-    params = [RelayTensor(m.group(2), _dims(m.group(3)), m.group(4))
+    params = [RelayTensor(m.group(1) or m.group(2), _dims(m.group(3)), m.group(4))
               for m in _RELAY_PARAM_RE.finditer(header)]
     tail_line = text[end:text.find("{", end)] if "{" in text[end:] else ""
     result = None

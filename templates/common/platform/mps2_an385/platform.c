@@ -58,11 +58,10 @@
 /* ---- SysTick ------------------------------------------------------------------------- */
 
 #define MTVG_SYSTICK_RELOAD 0x00FFFFFFu /* largest 24-bit reload */
-#define MTVG_SYSTICK_PERIOD_BITS 24u    /* ticks per wrap = RELOAD + 1 = 2^24 */
-/* Upper bound on polls for the counter to leave 0 right after it is enabled. */
-#define MTVG_SYSTICK_START_POLLS 1000u
+#define MTVG_SYSTICK_PERIOD_BITS 24u    /* ticks per period = RELOAD + 1 = 2^24 */
+#define MTVG_SYSTICK_PERIOD_MASK ((1u << MTVG_SYSTICK_PERIOD_BITS) - 1u)
 
-/* Number of completed SysTick periods; written only by SysTick_Handler. */
+/* Number of SysTick periods completed; written only by SysTick_Handler. */
 static volatile uint64_t s_systick_wraps;
 
 void SysTick_Handler(void) { s_systick_wraps = s_systick_wraps + 1u; }
@@ -73,28 +72,28 @@ static void timer_init(void) {
   MTVG_SYST_RVR = MTVG_SYSTICK_RELOAD;
   MTVG_SYST_CVR = 0u; /* any write clears the counter and COUNTFLAG */
   MTVG_SYST_CSR = MTVG_SYST_CSR_CLKSOURCE | MTVG_SYST_CSR_TICKINT | MTVG_SYST_CSR_ENABLE;
-  /*
-   * The counter reads 0 until the first clock loads RELOAD; a reading of 0 would mean
-   * "end of the period" below, so wait (boundedly) for the load to make the start 0.
-   */
-  for (uint32_t i = 0u; i < MTVG_SYSTICK_START_POLLS && MTVG_SYST_CVR == 0u; ++i) {
-  }
 }
 
 /*
- * ticks = wraps * 2^24 + (RELOAD - CVR), CVR counting down from RELOAD to 0.
+ * SysTick counts DOWN: ... 2, 1, 0, RELOAD, RELOAD-1, ... The exception is raised (and
+ * COUNTFLAG set) on the 1 -> 0 step, so the 0 state is the first tick of a new period and
+ * the position inside the current period is (2^24 - CVR) mod 2^24:
+ *     CVR = 0 -> 0,  CVR = RELOAD -> 1,  ...,  CVR = 1 -> RELOAD.
+ *     ticks = wraps * 2^24 + ((2^24 - CVR) mod 2^24)
+ * Right after enabling, CVR reads 0 until its first reload, which also reads as tick 0.
  *
  * Races handled:
  *  - the wrap interrupt running while we sample: the wrap count is read before and after
  *    and the sample is retried if it changed (the handler is the only writer, so this also
  *    covers a torn read of the 64-bit counter);
- *  - the counter having wrapped but its interrupt not yet taken (interrupts masked, or the
- *    few cycles of exception latency): then ICSR.PENDSTSET is set, CVR is re-read (it is
- *    now certainly post-wrap) and the pending wrap is counted here.
- * SYST_CSR.COUNTFLAG carries the same "wrapped" information but is cleared by every read
- * of SYST_CSR, so polling it here would be a side effect; PENDSTSET is read-only state.
- * Correct as long as interrupts are never masked for more than one period (2^24 cycles,
- * ~0.67 s at 25 MHz).
+ *  - the 1 -> 0 step having happened but its interrupt not yet taken (interrupts masked,
+ *    or exception latency): ICSR.PENDSTSET is then set; CVR is re-read (now certainly in
+ *    the new period) and the pending wrap is counted here.
+ * SYST_CSR.COUNTFLAG carries the same "wrapped" bit, but reading SYST_CSR clears it, so
+ * using it here would be a destructive read; PENDSTSET is side-effect free.
+ * Correct as long as interrupts are never masked for a whole period (2^24 cycles, ~0.67 s
+ * at 25 MHz). QEMU behaves the same way (it holds CVR at 1 until its timer callback
+ * raises the exception, then shows 0 for one tick).
  */
 uint64_t mtvg_timer_ticks(void) {
   uint64_t before;
@@ -109,7 +108,8 @@ uint64_t mtvg_timer_ticks(void) {
       wraps += 1u;
     }
   } while (s_systick_wraps != before);
-  return (wraps << MTVG_SYSTICK_PERIOD_BITS) + (uint64_t)(MTVG_SYSTICK_RELOAD - current);
+  uint32_t position = (0u - current) & MTVG_SYSTICK_PERIOD_MASK;
+  return (wraps << MTVG_SYSTICK_PERIOD_BITS) + (uint64_t)position;
 }
 
 uint64_t mtvg_timer_hz(void) { return (uint64_t)MTVG_CPU_HZ; }

@@ -1,0 +1,281 @@
+"""The `microtvm-gen` command line.
+
+One small class per subcommand (name, help, arguments, do_run). Errors of the tool's own
+types become one line on stderr and exit code 2, in exactly one place: `main`.
+Results go to stdout (text, or JSON with --json); progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from generator import __version__
+from generator.errors import InputError, MtgError
+
+EXIT_OK = 0
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+def progress(message: str) -> None:
+    print(f"microtvm-gen: {message}", file=sys.stderr, flush=True)
+
+
+def _fmt_bytes(n: int) -> str:
+    return f"{n} B" if n < 10240 else f"{n / 1024:.1f} KiB"
+
+
+class Command:
+    name = ""
+    help = ""
+    reports = True  # adds --json
+
+    def add_parser(self, subparsers) -> None:
+        parser = subparsers.add_parser(self.name, help=self.help, description=self.help)
+        if self.reports:
+            parser.add_argument("--json", action="store_true",
+                                help="print the result as JSON on stdout")
+        self.do_add_parser(parser)
+        parser.set_defaults(command=self)
+
+    def do_add_parser(self, parser: argparse.ArgumentParser) -> None:
+        raise NotImplementedError
+
+    def do_run(self, args: argparse.Namespace) -> int:
+        raise NotImplementedError
+
+    @staticmethod
+    def emit_json(data: dict) -> None:
+        print(json.dumps(data, indent=2, sort_keys=True))
+
+
+class Info(Command):
+    name = "info"
+    help = "summarise an MLF archive (.tar or extracted directory)"
+
+    def do_add_parser(self, parser):
+        parser.add_argument("archive", type=Path, help="the MLF archive")
+
+    def do_run(self, args):
+        from generator.mlf import read_mlf
+
+        archive = read_mlf(args.archive)
+        if args.json:
+            self.emit_json(archive.to_json())
+            return EXIT_OK
+        print(f"archive   {archive.origin}")
+        print(f"format    MLF version {archive.version}, {archive.style}, "
+              f"exported {archive.export_datetime or 'unknown'}")
+        for m in archive.modules:
+            print(f"module    {m.name}: {m.executor} executor, {m.interface} interface "
+                  f"(entry: {m.entry})" + (f", TVM {m.tvm_version}" if m.tvm_version else ""))
+            print(f"  target  {'; '.join(m.targets)}")
+            for kind, tensors in (("input ", m.inputs), ("output", m.outputs)):
+                for t in tensors:
+                    shape = "x".join(str(d) for d in t.effective_shape())
+                    note = "" if t.shape is not None else " (shape unknown: flat)"
+                    print(f"  {kind}  {t.name}: {t.dtype}[{shape}], {t.size_bytes} B{note}")
+            print(f"  memory  workspace {_fmt_bytes(m.workspace_size_bytes)}, constants "
+                  f"{_fmt_bytes(m.constants_size_bytes)}, "
+                  f"{m.workspace_call_sites} TVMBackendAllocWorkspace call sites")
+            for p in m.pools:
+                where = "declared by the model" if p.internal else "provided by the app"
+                print(f"  pool    {p.name}: {_fmt_bytes(p.size_bytes)} ({p.kind}, {where})")
+            for s in m.sources:
+                print(f"  source  {s.path}")
+            for o in m.objects:
+                print(f"  object  {o.path} ({o.arch})")
+            if m.params:
+                total = sum(p.size_bytes for p in m.params)
+                print(f"  params  {len(m.params)} tensors, {_fmt_bytes(total)} in {m.params_file}")
+            if m.graph_json:
+                print(f"  graph   {m.graph_json}")
+        return EXIT_OK
+
+
+class Boards(Command):
+    name = "boards"
+    help = "list the boards this tool can generate projects for"
+
+    def do_add_parser(self, parser):
+        pass
+
+    def do_run(self, args):
+        from generator.boards import list_boards, load_board
+
+        boards = [load_board(n) for n in list_boards()]
+        if args.json:
+            self.emit_json({"boards": [{"name": b.name, "description": b.description,
+                                        "arch": b.arch, "runner": b.runner} for b in boards]})
+        else:
+            for b in boards:
+                print(f"{b.name:20s} {b.description}")
+        return EXIT_OK
+
+
+class Generate(Command):
+    name = "generate"
+    help = "generate a firmware project for a board from an MLF archive"
+
+    def do_add_parser(self, parser):
+        parser.add_argument("archive", type=Path, help="the MLF archive")
+        parser.add_argument("--board", required=True, help="board name (see 'boards')")
+        parser.add_argument("-o", "--output", type=Path, required=True,
+                            help="project directory to create")
+        parser.add_argument("--force", action="store_true",
+                            help="replace the contents of an existing non-empty directory")
+        parser.add_argument("--module", help="module to use when the archive holds several")
+
+    def do_run(self, args):
+        from generator.project.generate import generate
+
+        project = generate(args.archive, args.board, args.output, force=args.force,
+                           module_name=args.module)
+        if args.json:
+            self.emit_json({"project": str(project.path), "board": project.board.name,
+                            "module": project.module.name, "entry": project.module.entry,
+                            "arena_bytes": project.arena_bytes, "files": project.files})
+        else:
+            print(f"generated {project.path} for {project.board.name} "
+                  f"({len(project.files)} files, module '{project.module.name}', "
+                  f"entry {project.module.entry})")
+        return EXIT_OK
+
+
+class Build(Command):
+    name = "build"
+    help = "build a generated project (CMake + Ninja, the board's toolchain)"
+
+    def do_add_parser(self, parser):
+        parser.add_argument("project", type=Path, help="project directory")
+        parser.add_argument("--sanitize", action="store_true",
+                            help="host board: build with AddressSanitizer and UBSan")
+
+    def do_run(self, args):
+        from generator.build import build
+
+        result = build(args.project, sanitize=args.sanitize, progress=progress)
+        if args.json:
+            self.emit_json(result.to_json())
+        else:
+            s = result.size
+            print(f"built {result.elf}")
+            print(f"flash {_fmt_bytes(s.flash)} (code+rodata {_fmt_bytes(s.text)}, "
+                  f"data {_fmt_bytes(s.data)}); RAM {_fmt_bytes(s.ram)} static "
+                  f"(data {_fmt_bytes(s.data)}, bss {_fmt_bytes(s.bss)})")
+            print(f"workspace arena {_fmt_bytes(result.arena_bytes)} reserved for "
+                  f"{_fmt_bytes(result.workspace_size_bytes)} the archive says it needs")
+        return EXIT_OK
+
+
+def parse_input_spec(text: str) -> tuple[str, Path]:
+    name, sep, file = text.partition("=")
+    if not sep or not name or not file:
+        raise InputError(f"--input '{text}': expected NAME=FILE")
+    return name, Path(file)
+
+
+def load_input_file(path: Path, dtype: str, batch: bool) -> np.ndarray:
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    if path.suffix == ".npy":
+        try:
+            return np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise InputError(f"{path}: not a readable .npy file ({exc})") from exc
+    raw = np.frombuffer(path.read_bytes(), dtype=np.dtype(dtype).newbyteorder("<"))
+    return raw.astype(dtype)
+
+
+class Run(Command):
+    name = "run"
+    help = "run a project on its board: send inputs, print and save outputs (builds if needed)"
+
+    def do_add_parser(self, parser):
+        parser.add_argument("project", type=Path, help="project directory")
+        parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE",
+                            help="an input tensor: .npy, or raw little-endian bytes of the "
+                                 "input's dtype (repeat for each input)")
+        parser.add_argument("--batch", action="store_true",
+                            help="each .npy holds several samples along its first axis; "
+                                 "run them all in one session")
+        parser.add_argument("--output-dir", type=Path,
+                            help="write each output as NAME.npy into this directory")
+
+    def do_run(self, args):
+        from generator.project.generate import load_project
+        from generator.run import run_project
+
+        project = load_project(args.project)
+        dtypes = {t["name"]: t["dtype"] for t in project["module"]["inputs"]}
+        arrays = {}
+        for spec in args.input:
+            name, path = parse_input_spec(spec)
+            if name not in dtypes:
+                raise InputError(f"--input {name}: the model has no input '{name}' "
+                                 f"(inputs: {', '.join(dtypes)})")
+            arrays[name] = load_input_file(path, dtypes[name], args.batch)
+        if args.batch:
+            counts = {len(a) for a in arrays.values()}
+            if len(counts) != 1:
+                raise InputError("--batch: every input file must hold the same number of samples")
+            samples = [{k: v[i] for k, v in arrays.items()} for i in range(counts.pop())]
+        else:
+            samples = [arrays]
+        report = run_project(args.project, samples, args.output_dir, progress=progress)
+        if args.json:
+            self.emit_json(report.to_json())
+            return EXIT_OK
+        for i, (outs, res) in enumerate(zip(report.outputs, report.results)):
+            prefix = f"[{i}] " if len(report.outputs) > 1 else ""
+            for name, value in outs.items():
+                flat = value.reshape(-1)
+                shown = np.array2string(flat[:16], separator=",", max_line_width=10**6)
+                more = f" ... ({flat.size} values)" if flat.size > 16 else ""
+                print(f"{prefix}{name} {value.dtype}{list(value.shape)} = {shown}{more}")
+            unit = "cycles" if res.hz < 10**9 else "ns"
+            print(f"{prefix}run time {res.seconds * 1e3:.3f} ms ({res.ticks} {unit} at "
+                  f"{res.hz} Hz), workspace peak {_fmt_bytes(res.workspace_peak)}")
+        print(f"flash {_fmt_bytes(report.flash_bytes)}, RAM {_fmt_bytes(report.ram_bytes)} "
+              f"static (board {report.board})")
+        for path in report.output_files:
+            print(f"wrote {path}")
+        return EXIT_OK
+
+
+COMMANDS: list[Command] = [Info(), Boards(), Generate(), Build(), Run()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="microtvm-gen",
+        description="Model Library Format archives to firmware for microcontrollers.")
+    parser.add_argument("--version", action="version", version=f"microtvm-gen {__version__}")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    command = getattr(args, "command", None)
+    if command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USER_ERROR
+    try:
+        return command.do_run(args)
+    except MtgError as exc:
+        print(f"microtvm-gen {command.name}: error: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("microtvm-gen: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what microtvm-gen needs on a Debian/Ubuntu machine, idempotently:
+#  - as root: Debian's gcc, gcc-arm-none-eabi, libnewlib-arm-none-eabi, qemu-system-arm
+#    (only the missing ones);
+#  - a virtualenv in .venv with the package (editable) and its test tools.
+# Prints the path of the virtualenv's bin directory on its last line.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+log() { echo "bootstrap: $*" >&2; }
+
+need=()
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
+command -v arm-none-eabi-gcc >/dev/null || need+=(gcc-arm-none-eabi)
+[ -d /usr/lib/arm-none-eabi/newlib ] || need+=(libnewlib-arm-none-eabi)
+command -v qemu-system-arm >/dev/null || need+=(qemu-system-arm)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing ${need[*]} with apt-get"
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
+  else
+    log "missing ${need[*]}: install them (as root: apt-get install ${need[*]})"
+  fi
+fi
+
+venv="$root/.venv"
+python="${PYTHON:-python3}"
+if [ ! -x "$venv/bin/python" ]; then
+  log "creating $venv"
+  "$python" -m venv "$venv" >&2
+fi
+stamp="$venv/.installed-$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  log "installing microtvm-gen and its dependencies into $venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$root[test]" >&2
+  touch "$stamp"
+fi
+echo "$venv/bin"

@@ -1,0 +1,58 @@
+"""Shared test fixtures: where archives live, which boards this machine can run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("MTVG_SHARED", REPO.parent / "shared"))
+REPO_FIXTURES = REPO / "tests" / "fixtures" / "mlf"
+YES_NO = REPO / "examples" / "yes_no"
+
+# Archives under a permissive license are in the repo; the others stay in ../shared.
+IN_REPO = {
+    "guberti-yesno-aot-packed-v5": YES_NO / "model.tar",
+    "hannah-magicwand-graph-c-tvm0.11dev": REPO_FIXTURES / "hannah-magicwand-graph-c-tvm0.11dev"
+    / "model.tar",
+    "staticrt-conv1d-graph-llvm-v5": REPO_FIXTURES / "staticrt-conv1d-graph-llvm-v5" / "archive.tar",
+}
+IN_SHARED = {
+    "gromero-sine-aot-c-v5": "model.tar",
+    "etiss-kws-aot-usmp-tvm0.16": "model.tar",
+}
+BOARDS = ["host", "qemu-mps2-an385"]
+
+
+def shared_path(*parts: str) -> Path:
+    """A path under ../shared, or a skip that says why."""
+    path = SHARED.joinpath("fixtures", *parts)
+    if not path.exists():
+        pytest.skip(f"needs {path}: ../shared is absent (fixtures without a permissive license "
+                    "are not in the repo; set MTVG_SHARED to point at a copy)")
+    return path
+
+
+def archive(name: str) -> Path:
+    if name in IN_REPO:
+        return IN_REPO[name]
+    return shared_path("mlf", name, IN_SHARED[name])
+
+
+def require_board_tools(board: str) -> None:
+    if board == "qemu-mps2-an385":
+        for tool in ("arm-none-eabi-gcc", "qemu-system-arm"):
+            if shutil.which(tool) is None:
+                pytest.skip(f"{tool} is not installed (scripts/bootstrap.sh installs it as root)")
+    elif shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environment(monkeypatch):
+    """Tests never see a user's Zephyr tree or a relocated data folder."""
+    monkeypatch.delenv("ZEPHYR_BASE", raising=False)
+    monkeypatch.delenv("MICROTVM_GEN_ROOT", raising=False)
