@@ -108,7 +108,7 @@ def qemu_argv(board: Board, elf: Path) -> list[str]:
         raise ToolchainError(f"board '{board.name}' needs {board.qemu.binary}, which is not on "
                              "PATH", hint="apt-get install qemu-system-arm")
     argv = [binary, "-M", board.qemu.machine, "-cpu", board.qemu.cpu,
-            "-display", "none", "-monitor", "none", "-nodefaults", "-nic", "none",
+            "-display", "none", "-monitor", "none", "-nodefaults", "-nic", "user,restrict=on",
             "-chardev", "stdio,id=link,mux=off,signal=off", "-serial", "chardev:link",
             "-semihosting-config", "enable=on,target=native",
             "-kernel", str(elf)]
