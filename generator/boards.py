@@ -36,6 +36,7 @@ class Board:
     linker_script: str | None = None
     clock_hz: int | None = None
     flash_bytes: int | None = None
+    ram_origin: int | None = None
     ram_bytes: int | None = None
     stack_bytes: int | None = None
     qemu: QemuSpec | None = None
@@ -90,6 +91,7 @@ def parse_board(path: Path) -> Board:
             linker_script=data.get("linker_script"),
             clock_hz=data.get("clock_hz"),
             flash_bytes=memory.get("flash_bytes"),
+            ram_origin=memory.get("ram_origin"),
             ram_bytes=memory.get("ram_bytes"),
             stack_bytes=memory.get("stack_bytes"),
             qemu=QemuSpec(**qemu) if qemu else None,

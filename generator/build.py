@@ -63,6 +63,12 @@ def ninja_program() -> str | None:
     return shutil.which("ninja")
 
 
+def board_ram(board: Board) -> tuple[int, int] | None:
+    if board.ram_origin is None or board.ram_bytes is None:
+        return None
+    return board.ram_origin, board.ram_bytes
+
+
 def require_compiler(board: Board) -> None:
     gcc = board.tool("gcc")
     if shutil.which(gcc) is None:
@@ -115,7 +121,7 @@ def build(project_dir: Path, sanitize: bool = False, progress=None) -> BuildResu
     _run([cmake_program(), "--build", str(build_dir), "--", "-j2"] if ninja is None else
          [cmake_program(), "--build", str(build_dir)], project_dir, "build", log)
     elf = build_dir / FIRMWARE
-    size = elf_size(elf)
+    size = elf_size(elf, board_ram(board))
     module = project["module"]
     result = BuildResult(project_dir, elf, size, sanitize, module["arena_bytes"],
                          module["workspace_size_bytes"])

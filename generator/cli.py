@@ -231,7 +231,7 @@ class Run(Command):
         if args.json:
             self.emit_json(report.to_json())
             return EXIT_OK
-        for i, (outs, res) in enumerate(zip(report.outputs, report.results)):
+        for i, (outs, res) in enumerate(zip(report.outputs, report.results, strict=True)):
             prefix = f"[{i}] " if len(report.outputs) > 1 else ""
             for name, value in outs.items():
                 flat = value.reshape(-1)

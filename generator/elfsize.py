@@ -26,7 +26,13 @@ class SizeReport:
         return self.data + self.bss
 
 
-def elf_size(path: Path) -> SizeReport:
+def elf_size(path: Path, ram: tuple[int, int] | None = None) -> SizeReport:
+    """Section sizes by where they live.
+
+    With `ram` = (origin, size), a loaded section is RAM when its address is in that range
+    and flash otherwise (what the linker script decided). Without it (host programs),
+    writable sections count as data.
+    """
     blob = path.read_bytes()
     if blob[:4] != b"\x7fELF":
         raise ValueError(f"{path} is not an ELF file")
@@ -42,16 +48,17 @@ def elf_size(path: Path) -> SizeReport:
     for i in range(shnum):
         off = shoff + i * shentsize
         if is64:
-            _name, sh_type, flags = struct.unpack_from(endian + "IIQ", blob, off)
+            _name, sh_type, flags, addr = struct.unpack_from(endian + "IIQQ", blob, off)
             size, = struct.unpack_from(endian + "Q", blob, off + 0x20)
         else:
-            _name, sh_type, flags = struct.unpack_from(endian + "III", blob, off)
+            _name, sh_type, flags, addr = struct.unpack_from(endian + "IIII", blob, off)
             size, = struct.unpack_from(endian + "I", blob, off + 0x14)
-        if not flags & SHF_ALLOC:
+        if not flags & SHF_ALLOC or size == 0:
             continue
+        in_ram = (ram[0] <= addr < ram[0] + ram[1]) if ram else bool(flags & SHF_WRITE)
         if sh_type == SHT_NOBITS:
             bss += size
-        elif flags & SHF_WRITE:
+        elif in_ram:
             data += size
         else:
             text += size

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import numpy as np
 
+from generator import RUNTIME_ABI_VERSION
 from generator.boards import load_board
-from generator.build import BUILD_DIR, BUILD_INFO, FIRMWARE, BuildResult, build
+from generator.build import BUILD_DIR, BUILD_INFO, FIRMWARE, BuildResult, board_ram, build
 from generator.device.runner import open_device
 from generator.elfsize import elf_size
 from generator.errors import DeviceError, InputError
 from generator.link.app_client import AppClient, RunResult
 from generator.mlf.model import c_identifier
 from generator.project.generate import load_project
-from generator import RUNTIME_ABI_VERSION
 
 BOOT_TIMEOUT = 60.0
 REPLY_TIMEOUT = 120.0
@@ -46,7 +46,7 @@ class RunReport:
 
     def to_json(self) -> dict:
         samples = []
-        for outs, res in zip(self.outputs, self.results):
+        for outs, res in zip(self.outputs, self.results, strict=True):
             samples.append({
                 "status": res.status,
                 "seconds": res.seconds,
@@ -98,7 +98,7 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
     ensure_built(project_dir, progress)
     board = load_board(project["board"])
     elf = project_dir / BUILD_DIR / FIRMWARE
-    size = elf_size(elf)
+    size = elf_size(elf, board_ram(board))
     all_outputs: list[dict[str, np.ndarray]] = []
     results: list[RunResult] = []
     if progress:

@@ -18,7 +18,8 @@ IN_REPO = {
     "guberti-yesno-aot-packed-v5": YES_NO / "model.tar",
     "hannah-magicwand-graph-c-tvm0.11dev": REPO_FIXTURES / "hannah-magicwand-graph-c-tvm0.11dev"
     / "model.tar",
-    "staticrt-conv1d-graph-llvm-v5": REPO_FIXTURES / "staticrt-conv1d-graph-llvm-v5" / "archive.tar",
+    "staticrt-conv1d-graph-llvm-v5": REPO_FIXTURES / "staticrt-conv1d-graph-llvm-v5"
+    / "archive.tar",
 }
 IN_SHARED = {
     "gromero-sine-aot-c-v5": "model.tar",

@@ -39,7 +39,7 @@ def main() -> int:
     except MtgError as exc:
         print(f"demo: error: {exc.one_line()}", file=sys.stderr)
         return 2
-    for name, outs, res in zip(SAMPLES, report.outputs, report.results):
+    for name, outs, res in zip(SAMPLES, report.outputs, report.results, strict=True):
         scores = outs["output"].reshape(-1)
         label = LABELS[int(np.argmax(scores))]
         print(f"{name}: scores {scores.tolist()} -> \"{label}\" "

@@ -48,7 +48,7 @@ def graph_io(text: str, param_names: set[str], where: str) -> GraphIO:
                   if nodes[nid]["name"] not in param_names]
         heads = graph["heads"]
         names = ["output"] if len(heads) == 1 else [f"output{i}" for i in range(len(heads))]
-        outputs = [entry(h[0], h[1], n) for h, n in zip(heads, names)]
+        outputs = [entry(h[0], h[1], n) for h, n in zip(heads, names, strict=True)]
         return GraphIO(inputs, outputs, len(nodes))
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise MlfError(f"{where}: malformed graph JSON ({type(exc).__name__}: {exc})") from exc

@@ -160,7 +160,7 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
             else [t.name for t in gio.outputs]
         inputs = [TensorInfo(t.name, t.dtype, t.size_bytes, t.shape, "graph") for t in gio.inputs]
         outputs = [TensorInfo(n, t.dtype, t.size_bytes, t.shape, "graph")
-                   for n, t in zip(out_names, gio.outputs)]
+                   for n, t in zip(out_names, gio.outputs, strict=True)]
     else:
         inputs = _resolve_inputs(where, name, main, header, relay, {p.name for p in params})
         outputs = _resolve_outputs(where, name, main, header, relay, inputs)
@@ -247,7 +247,8 @@ def _named(names: list[str], candidates: dict[str, object]) -> list[tuple[str, o
     return [by_c.get(c_identifier(n), (n, None)) for n in names]
 
 
-def _resolve_inputs(where: str, mod: str, main: dict, header, relay, param_names: set[str]) -> list[TensorInfo]:
+def _resolve_inputs(where: str, mod: str, main: dict, header, relay,
+                    param_names: set[str]) -> list[TensorInfo]:
     meta_in = main.get("inputs") if isinstance(main.get("inputs"), dict) else {}
     relay_params = {p.name: p for p in relay.params} if relay else {}
     if header is not None and header.inputs:

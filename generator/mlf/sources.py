@@ -44,7 +44,8 @@ def function_definitions(c_text: str) -> dict[str, FunctionDef]:
     """Top-level functions returning int32_t/int that the text defines (not just declares)."""
     found: dict[str, FunctionDef] = {}
     for m in _FUNC_DEF_RE.finditer(strip_comments(c_text)):
-        params = tuple(p.strip() for p in m.group(2).split(",") if p.strip() and p.strip() != "void")
+        parts = (p.strip() for p in m.group(2).split(","))
+        params = tuple(p for p in parts if p and p != "void")
         found[m.group(1)] = FunctionDef(m.group(1), params)
     return found
 
@@ -68,7 +69,8 @@ class InterfaceHeader:
         return self.sizes.get(f"TVMGEN_{mod.upper()}_{c_identifier(member).upper()}_SIZE")
 
     def pool_size(self, mod: str, pool: str) -> int | None:
-        return self.sizes.get(f"TVMGEN_{mod.upper()}_{c_identifier(pool).upper()}_WORKSPACE_POOL_SIZE")
+        name = f"TVMGEN_{mod.upper()}_{c_identifier(pool).upper()}_WORKSPACE_POOL_SIZE"
+        return self.sizes.get(name)
 
 
 def parse_interface_header(text: str, mod: str) -> InterfaceHeader:

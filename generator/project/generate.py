@@ -164,7 +164,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     out["app/model_glue.c"] = env.get_template("model_glue.c.j2").render(context).encode()
     out["CMakeLists.txt"] = env.get_template("CMakeLists.txt.j2").render(context).encode()
     if not board.is_native:
-        out["cmake/toolchain.cmake"] = env.get_template("toolchain.cmake.j2").render(context).encode()
+        toolchain = env.get_template("toolchain.cmake.j2").render(context)
+        out["cmake/toolchain.cmake"] = toolchain.encode()
 
     project = {
         "schema": PROJECT_SCHEMA,
