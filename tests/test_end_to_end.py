@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator.build import build
 from generator.cli import main
 from generator.project.generate import generate
 from generator.run import run_project
@@ -88,26 +87,3 @@ def test_kws_usmp_25_vectors(tmp_path, board):
         assert report.flash_bytes > 53296 + 8000
         assert 56192 < report.ram_bytes < 56192 + 16384
 
-
-def test_host_build_under_asan_ubsan(tmp_path):
-    require_board_tools("host")
-    project = _project(tmp_path, "guberti-yesno-aot-packed-v5", "host")
-    result = build(project, sanitize=True)
-    assert result.sanitize
-    from generator.boards import load_board
-    from generator.device.runner import open_device
-    from generator.link.app_client import AppClient
-
-    sample = np.fromfile(YES_NO / "yes_0a2b400e_nohash_0.raw", dtype=np.int8).tobytes()
-    with open_device(load_board("host"), result.elf) as device:
-        client = AppClient(device, timeout=60)
-        client.hello(60)
-        client.set_input(0, sample)
-        run = client.run()
-        assert run.status == 0
-        assert list(np.frombuffer(client.get_output(0, 4), dtype=np.int8)) == [-128, -127, 126,
-                                                                                -127]
-        client.quit(0)
-        assert device.wait(60) == 0
-        assert "ERROR: AddressSanitizer" not in device.stderr_text()
-        assert "runtime error" not in device.stderr_text()

@@ -6,29 +6,15 @@ import json
 from dataclasses import dataclass
 
 from generator.errors import MlfError
-from generator.mlf.model import dtype_bits
-
-
-@dataclass(frozen=True)
-class GraphTensor:
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-
-    @property
-    def size_bytes(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return (n * dtype_bits(self.dtype) + 7) // 8
+from generator.mlf.model import ShapedTensor
 
 
 @dataclass
 class GraphIO:
     """The graph's free inputs (arg nodes that are not params) and its outputs (heads)."""
 
-    inputs: list[GraphTensor]
-    outputs: list[GraphTensor]
+    inputs: list[ShapedTensor]
+    outputs: list[ShapedTensor]
     node_count: int
 
 
@@ -40,9 +26,9 @@ def graph_io(text: str, param_names: set[str], where: str) -> GraphIO:
         shapes = graph["attrs"]["shape"][1]
         dtypes = graph["attrs"]["dltype"][1]
 
-        def entry(nid: int, index: int, name: str) -> GraphTensor:
+        def entry(nid: int, index: int, name: str) -> ShapedTensor:
             eid = row_ptr[nid] + index
-            return GraphTensor(name, str(dtypes[eid]), tuple(int(d) for d in shapes[eid]))
+            return ShapedTensor(name, tuple(int(d) for d in shapes[eid]), str(dtypes[eid]))
 
         inputs = [entry(nid, 0, nodes[nid]["name"]) for nid in graph["arg_nodes"]
                   if nodes[nid]["name"] not in param_names]

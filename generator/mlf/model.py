@@ -24,6 +24,22 @@ def c_identifier(name: str) -> str:
 
 
 @dataclass(frozen=True)
+class ShapedTensor:
+    """A tensor known by name, shape and dtype (from Relay text or a graph JSON)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def size_bytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return (n * dtype_bits(self.dtype) + 7) // 8
+
+
+@dataclass(frozen=True)
 class TensorInfo:
     """One model input or output."""
 

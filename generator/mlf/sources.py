@@ -11,7 +11,7 @@ import re
 import struct
 from dataclasses import dataclass
 
-from generator.mlf.model import c_identifier, dtype_bits
+from generator.mlf.model import ShapedTensor, c_identifier
 
 _COMMENT_RE = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 _FUNC_DEF_RE = re.compile(
@@ -116,24 +116,10 @@ _RELAY_TY_RE = re.compile(r"ty=Tensor\[\(([^)]*)\),\s*(\w+)\]")
 _RELAY_DTYPE_RE = re.compile(r'(?:out_)?dtype="(\w+)"')
 
 
-@dataclass(frozen=True)
-class RelayTensor:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-    @property
-    def size_bytes(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return (n * dtype_bits(self.dtype) + 7) // 8
-
-
 @dataclass
 class RelaySignature:
-    params: list[RelayTensor]
-    result: RelayTensor | None  # from a `-> Tensor[...]` or a `ty=` annotation, when present
+    params: list[ShapedTensor]
+    result: ShapedTensor | None  # from a `-> Tensor[...]` or a `ty=` annotation, when present
     result_dtype_hint: str | None  # from the last expression's out_dtype/dtype, when present
 
 
@@ -153,20 +139,20 @@ def parse_relay_main(text: str) -> RelaySignature | None:
                 end = i
                 break
     header = text[start:end + 1]
-    params = [RelayTensor(m.group(1) or m.group(2), _dims(m.group(3)), m.group(4))
+    params = [ShapedTensor(m.group(1) or m.group(2), _dims(m.group(3)), m.group(4))
               for m in _RELAY_PARAM_RE.finditer(header)]
     tail_line = text[end:text.find("{", end)] if "{" in text[end:] else ""
     result = None
     arrow = re.search(r"->\s*Tensor\[\(([^)]*)\),\s*(\w+)\]", tail_line)
     if arrow:
-        result = RelayTensor("output", _dims(arrow.group(1)), arrow.group(2))
+        result = ShapedTensor("output", _dims(arrow.group(1)), arrow.group(2))
     body = text[end:]
     last_expr = _last_expression(body)
     hint = None
     if last_expr:
         ty = _RELAY_TY_RE.search(last_expr)
         if ty and result is None:
-            result = RelayTensor("output", _dims(ty.group(1)), ty.group(2))
+            result = ShapedTensor("output", _dims(ty.group(1)), ty.group(2))
         dt = _RELAY_DTYPE_RE.search(last_expr)
         if dt:
             hint = dt.group(1)

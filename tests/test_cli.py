@@ -1,0 +1,73 @@
+"""The command line surface: help for every command, --json output, version agreement."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from generator import RUNTIME_ABI_VERSION, __version__
+from generator.cli import COMMANDS, main
+from tests.conftest import REPO, YES_NO
+
+
+@pytest.mark.parametrize("name", [c.name for c in COMMANDS])
+def test_every_command_has_help(name, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([name, "--help"])
+    assert exc.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
+def test_no_command_prints_help_and_exits_2(capsys):
+    assert main([]) == 2
+    assert "commands" in capsys.readouterr().err
+
+
+def test_info_json(capsys):
+    assert main(["info", str(YES_NO / "model.tar"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["version"] == 5
+    assert data["modules"][0]["inputs"][0]["name"] == "Reshape_1"
+
+
+def test_boards_json(capsys):
+    assert main(["boards", "--json"]) == 0
+    names = [b["name"] for b in json.loads(capsys.readouterr().out)["boards"]]
+    assert names == ["host", "qemu-mps2-an385"]
+
+
+def test_python_dash_m_matches_console_version():
+    out = subprocess.run([sys.executable, "-m", "generator", "--version"], capture_output=True,
+                         text=True, cwd=REPO, check=True).stdout
+    assert out.strip() == f"microtvm-gen {__version__}"
+
+
+def test_versions_agree():
+    """The package, pyproject.toml and the C runtime's ABI macro say the same thing."""
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert re.search(r'^version = "([^"]+)"', pyproject, re.M).group(1) == __version__
+    header = (REPO / "templates/common/include/mtvg/runtime.h").read_text()
+    abi = re.search(r"#define MTVG_RUNTIME_ABI_VERSION (\d+)", header).group(1)
+    assert int(abi) == RUNTIME_ABI_VERSION
+
+
+def test_bad_input_file_is_one_line(tmp_path, capsys):
+    project = tmp_path / "p"
+    assert main(["generate", str(YES_NO / "model.tar"), "--board", "host", "-o",
+                 str(project)]) == 0
+    capsys.readouterr()
+    bad = tmp_path / "x.npy"
+    import numpy as np
+
+    np.save(bad, np.zeros((1, 1960), dtype=np.float32))
+    assert main(["run", str(project), "--input", f"Reshape_1={bad}"]) == 2
+    err = capsys.readouterr().err
+    assert "must be int8, got float32" in err and len(err.strip().splitlines()) == 1
+    assert main(["run", str(project), "--input", f"nope={bad}"]) == 2
+    assert "no input 'nope'" in capsys.readouterr().err
+    assert main(["run", str(tmp_path), "--input", f"x={bad}"]) == 2
+    assert "not a microtvm-gen project" in capsys.readouterr().err
