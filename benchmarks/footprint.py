@@ -11,6 +11,7 @@ Archives without a permissive license are read from ../shared (skipped when abse
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -61,8 +62,6 @@ def main() -> int:
                     project = generate(path, board, out)
                     built = build(out)
                     elapsed = time.monotonic() - start
-                    import json
-
                     pj = json.loads((out / "project.json").read_text())
                     report = run_project(out, [zeros_sample(pj)])
                 except MtgError as exc:

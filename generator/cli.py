@@ -180,7 +180,7 @@ def parse_input_spec(text: str) -> tuple[str, Path]:
     return name, Path(file)
 
 
-def load_input_file(path: Path, dtype: str, batch: bool) -> np.ndarray:
+def load_input_file(path: Path, dtype: str) -> np.ndarray:
     if not path.is_file():
         raise InputError(f"{path}: no such file")
     if path.suffix == ".npy":
@@ -219,7 +219,7 @@ class Run(Command):
             if name not in dtypes:
                 raise InputError(f"--input {name}: the model has no input '{name}' "
                                  f"(inputs: {', '.join(dtypes)})")
-            arrays[name] = load_input_file(path, dtypes[name], args.batch)
+            arrays[name] = load_input_file(path, dtypes[name])
         if args.batch:
             counts = {len(a) for a in arrays.values()}
             if len(counts) != 1:

@@ -241,10 +241,10 @@ def _entry_kind(where: str, executor: str, interface: str, mod: str,
                                 "cannot find the model's entry point")
 
 
-def _named(names: list[str], candidates: dict[str, object]) -> list[tuple[str, object | None]]:
-    """Match C member names (sanitized) back to the original tensor names."""
-    by_c = {c_identifier(k): (k, v) for k, v in candidates.items()}
-    return [by_c.get(c_identifier(n), (n, None)) for n in names]
+def _original_names(members: list[str], known: list[str]) -> list[str]:
+    """Map C struct member names (sanitized) back to the tensors' original names."""
+    by_c = {c_identifier(k): k for k in known}
+    return [by_c.get(c_identifier(m), m) for m in members]
 
 
 def _resolve_inputs(where: str, mod: str, main: dict, header, relay,
@@ -252,7 +252,7 @@ def _resolve_inputs(where: str, mod: str, main: dict, header, relay,
     meta_in = main.get("inputs") if isinstance(main.get("inputs"), dict) else {}
     relay_params = {p.name: p for p in relay.params} if relay else {}
     if header is not None and header.inputs:
-        names = [orig for orig, _ in _named(header.inputs, {**relay_params, **meta_in})]
+        names = _original_names(header.inputs, [*relay_params, *meta_in])
     elif meta_in:
         order = [p for p in relay_params if p in meta_in]
         names = order + sorted(n for n in meta_in if n not in order)
@@ -285,7 +285,7 @@ def _resolve_outputs(where: str, mod: str, main: dict, header, relay,
                      inputs: list[TensorInfo]) -> list[TensorInfo]:
     meta_out = main.get("outputs") if isinstance(main.get("outputs"), dict) else {}
     if header is not None and header.outputs:
-        names = [orig for orig, _ in _named(header.outputs, meta_out)]
+        names = _original_names(header.outputs, list(meta_out))
     elif meta_out:
         names = sorted(meta_out, key=_natural_key)
     else:
