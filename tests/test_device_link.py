@@ -73,3 +73,18 @@ def test_malformed_requests_get_errors_and_the_link_survives(sanitized_firmware)
         assert device.wait(30) == 0
         assert "Sanitizer" not in device.stderr_text()
         assert "runtime error" not in device.stderr_text()
+
+
+def test_chatty_stderr_does_not_block_the_link(tmp_path):
+    """A device that writes more to stderr than a pipe holds must still answer."""
+    import sys
+
+    from generator.device.runner import Device
+
+    script = tmp_path / "chatty.py"
+    script.write_text("import sys\nsys.stderr.buffer.write(b'x' * 300000)\nsys.stderr.flush()\n"
+                      "sys.stdout.buffer.write(b'done')\nsys.stdout.flush()\n")
+    with Device([sys.executable, str(script)], "chatty process") as device:
+        assert device.read(30) == b"done"
+        assert device.wait(30) == 0
+        assert len(device.stderr_text()) == 300000

@@ -11,6 +11,7 @@ import os
 import select
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -32,7 +33,16 @@ class Device:
                                          stderr=subprocess.PIPE, env=env)
         except OSError as exc:
             raise ToolchainError(f"cannot start {argv[0]}: {exc.strerror}") from exc
-        self._stderr = b""
+        # Drain stderr while the device runs: a chatty device (sanitizer reports,
+        # semihosting text) must never block on a full pipe.
+        self._stderr = bytearray()
+        self._stderr_reader = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._stderr_reader.start()
+
+    def _drain_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for chunk in iter(lambda: self.proc.stderr.read1(READ_CHUNK), b""):
+            self._stderr += chunk
 
     def __enter__(self) -> Device:
         return self
@@ -71,9 +81,10 @@ class Device:
         return f" (exit status {code}{detail})"
 
     def stderr_text(self) -> str:
-        if self.proc.poll() is not None and self.proc.stderr and not self._stderr:
-            self._stderr = self.proc.stderr.read() or b""
-        return self._stderr.decode(errors="replace")
+        """What the device wrote to stderr so far (all of it once the process has exited)."""
+        if self.proc.poll() is not None:
+            self._stderr_reader.join(timeout=STOP_GRACE_SECONDS)
+        return bytes(self._stderr).decode(errors="replace")
 
     def wait(self, timeout: float) -> int:
         try:
@@ -96,6 +107,7 @@ class Device:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
+        self._stderr_reader.join(timeout=STOP_GRACE_SECONDS)
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream:
                 stream.close()
