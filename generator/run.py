@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import numpy as np
 
 from generator import RUNTIME_ABI_VERSION
 from generator.boards import load_board
-from generator.build import BUILD_DIR, BUILD_INFO, FIRMWARE, BuildResult, board_ram, build
+from generator.build import BUILD_DIR, FIRMWARE, BuildResult, board_ram, build
 from generator.device.runner import open_device
 from generator.elfsize import elf_size
 from generator.errors import DeviceError, InputError
@@ -71,11 +70,8 @@ def prepare_input(spec: TensorSpec, array: np.ndarray, origin: str) -> bytes:
     return np.ascontiguousarray(array).astype(want.newbyteorder("<"), copy=False).tobytes()
 
 
-def ensure_built(project_dir: Path, progress=None) -> BuildResult | None:
-    info = project_dir / BUILD_DIR / BUILD_INFO
-    elf = project_dir / BUILD_DIR / FIRMWARE
-    if info.exists() and elf.exists() and not json.loads(info.read_text()).get("sanitize"):
-        return None
+def ensure_built(project_dir: Path, progress=None) -> BuildResult:
+    """Bring the firmware up to date; Ninja decides what is stale (a no-op build is fast)."""
     return build(project_dir, progress=progress)
 
 
