@@ -39,7 +39,7 @@ def test_runtime_and_platform_compile_warning_free(tmp_path, platform_dir):
         pytest.skip(f"{cc} is not installed")
     files = [*sorted((COMMON / "src").glob("*.c")),
              *sorted((COMMON / "platform" / platform_dir).glob("*.c")),
-             REPO / "templates" / "crt" / "src" / "aot_app.c"]
+             REPO / "templates" / "crt" / "src" / "app.c"]
     for src in files:
         subprocess.run([cc, *STRICT, *flags, "-I", str(COMMON / "include"), "-c", str(src),
                         "-o", str(tmp_path / (src.stem + ".o"))], check=True)

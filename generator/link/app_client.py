@@ -1,4 +1,4 @@
-"""Requests to the standalone application (templates/crt/src/aot_app.c) over a framed link."""
+"""Requests to the standalone application (templates/crt/src/app.c) over a framed link."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ class Hello:
     input_sizes: list[int]
     output_sizes: list[int]
     arena_bytes: int
+    storage_bytes: int = 0  # graph executor storage reserved
+    storage_used: int = 0  # and used
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,13 @@ class AppClient:
     def hello(self, timeout: float) -> Hello:
         body = self._expect(b"H", timeout)
         abi, n_in, n_out = struct.unpack_from("<III", body)
-        sizes = struct.unpack_from(f"<{n_in + n_out + 1}I", body, 12)
-        return Hello(abi, list(sizes[:n_in]), list(sizes[n_in:n_in + n_out]), sizes[-1])
+        count = (len(body) - 12) // 4
+        if count < n_in + n_out + 1:
+            raise DeviceError(f"device hello is {len(body) + 1} bytes, too short")
+        sizes = struct.unpack_from(f"<{count}I", body, 12)
+        tail = list(sizes[n_in + n_out:]) + [0, 0]
+        return Hello(abi, list(sizes[:n_in]), list(sizes[n_in:n_in + n_out]), tail[0], tail[1],
+                     tail[2])
 
     def set_input(self, index: int, data: bytes) -> None:
         for offset in range(0, len(data), INPUT_CHUNK):

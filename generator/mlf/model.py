@@ -90,6 +90,21 @@ class ParamTensor:
     dtype: str
     shape: tuple[int, ...]
     size_bytes: int
+    offset: int = -1  # where its data starts in the params file
+
+
+@dataclass(frozen=True)
+class GraphSummary:
+    """What the on-device graph executor will need for this archive's graph."""
+
+    nodes: int
+    operators: int
+    storage_ids: int
+    storage_bytes: int  # RAM carved for the storage ids (inputs, outputs, activations)
+    params_in_place_bytes: int  # parameters read straight from flash
+    params_copied_bytes: int  # parameters copied to RAM (misaligned in the params file)
+    functions: list[str]  # operator functions the graph calls
+    problems: list[str]  # why our executor cannot run it (empty: it can)
 
 
 @dataclass
@@ -117,6 +132,11 @@ class ModuleInfo:
     graph_json: str | None = None  # archive path of the graph JSON (graph executor)
     params_file: str | None = None
     workspace_call_sites: int = 0  # static count of TVMBackendAllocWorkspace calls
+    # Largest workspace of one operator (metadata operator_functions), if listed.
+    operator_workspace_bytes: int | None = None
+    # Functions of the archive's system library (TVMSystemLibEntryPoint), if it has one.
+    registry: list[str] | None = None
+    graph: GraphSummary | None = None
     # Things the archive's code needs that our runtime does not provide.
     unsupported_calls: list[str] = field(default_factory=list)
     tvm_version: str | None = None

@@ -30,6 +30,7 @@ class Param:
     dtype: str
     shape: tuple[int, ...]
     data: bytes
+    offset: int = -1  # where the data starts in the blob it was read from
 
     def as_numpy(self) -> np.ndarray:
         return np.frombuffer(self.data, dtype=np.dtype(self.dtype)).reshape(self.shape)
@@ -88,7 +89,9 @@ def load_params(blob: bytes, origin: str = "params") -> list[Param]:
         if nbytes != numel * ((bits + 7) // 8):
             raise MlfError(f"{origin}: tensor '{name}' holds {nbytes} bytes, its shape needs "
                            f"{numel * ((bits + 7) // 8)}")
-        params.append(Param(name, f"{_CODE_TO_KIND[code]}{bits}", tuple(shape), r.take(nbytes)))
+        offset = r.pos
+        params.append(Param(name, f"{_CODE_TO_KIND[code]}{bits}", tuple(shape), r.take(nbytes),
+                            offset))
     return params
 
 

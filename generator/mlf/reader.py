@@ -15,8 +15,9 @@ from pathlib import Path
 from generator.errors import MlfError, UnsupportedModelError
 from generator.mlf import sources
 from generator.mlf.archive import ArchiveFiles, read_archive
-from generator.mlf.graph import graph_io
+from generator.mlf.graph import Graph, graph_io, parse_graph
 from generator.mlf.model import (
+    GraphSummary,
     MlfArchive,
     ModuleInfo,
     ObjectFile,
@@ -140,7 +141,7 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
     params_path = f"parameters/{name}.params"
     params = []
     if files.has(params_path):
-        params = [ParamTensor(p.name, p.dtype, p.shape, len(p.data))
+        params = [ParamTensor(p.name, p.dtype, p.shape, len(p.data), p.offset)
                   for p in load_params(files.data[params_path], f"{where}: {params_path}")]
 
     relay_path = f"src/{name}.relay" if version >= 7 else "src/relay.txt"
@@ -153,8 +154,10 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
         if not files.has(graph_path):
             raise MlfError(f"{where}: graph executor archive without {graph_path}")
 
+    graph = None
     if graph_path is not None:
-        gio = graph_io(files.text(graph_path), {p.name for p in params}, where)
+        graph = parse_graph(files.text(graph_path), f"{where}: {graph_path}")
+        gio = graph_io(graph, {p.name for p in params})
         meta_out = main.get("outputs") if isinstance(main.get("outputs"), dict) else {}
         out_names = sorted(meta_out, key=_natural_key) if len(meta_out) == len(gio.outputs) \
             else [t.name for t in gio.outputs]
@@ -184,6 +187,12 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
             raise UnsupportedModelError(f"{where}: inputs/outputs placed inside USMP pools "
                                         "(tir.usmp.use_workspace_io) are not supported yet")
 
+    registry = sources.system_library_functions(c_text)
+    op_workspaces = [_operator_workspace(f) for f in functions.get("operator_functions") or []]
+    summary = (_graph_summary(graph, params, files.has(params_path), params_path, registry,
+                              set(defs), bool(srcs))
+               if graph is not None else None)
+
     deps = info.get("external_dependencies") or []
     tvm_version = next((d.get("version_spec") for d in deps
                         if isinstance(d, dict) and d.get("short_name") == "tvm_standalone_crt"),
@@ -210,6 +219,45 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
         unsupported_calls=[c for c in sources.UNSUPPORTED_CALLS
                            if sources.count_calls(c_text, c)],
         tvm_version=tvm_version,
+        operator_workspace_bytes=max(op_workspaces) if op_workspaces else None,
+        registry=registry,
+        graph=summary,
+    )
+
+
+def _operator_workspace(func: object) -> int:
+    """CPU workspace bytes of one metadata operator_functions item."""
+    if not isinstance(func, dict):
+        return 0
+    sizes = [int(w.get("workspace_size_bytes", 0)) for w in func.get("workspace") or []
+             if isinstance(w, dict) and w.get("device", 1) == 1]
+    return max(sizes, default=0)
+
+
+def _graph_summary(graph: Graph, params: list[ParamTensor], has_params: bool,
+                   params_path: str, registry: list[str] | None, defined: set[str],
+                   has_sources: bool) -> GraphSummary:
+    problems = graph.problems()
+    if not has_params:
+        problems.append(f"the archive has no {params_path}: the graph's parameters have no "
+                        "data")
+    problems += graph.param_problems({p.name: (p.dtype, p.shape) for p in params})
+    functions = graph.func_names()
+    available = set(registry) if registry is not None else defined
+    if registry is not None or has_sources:
+        where = "system library" if registry is not None else "sources"
+        problems += [f"the graph calls '{f}', which the archive's {where} does not provide"
+                     for f in functions if f not in available]
+    plan = graph.storage_plan({p.name: (p.offset, p.dtype) for p in params})
+    return GraphSummary(
+        nodes=len(graph.nodes),
+        operators=len(graph.op_nodes()),
+        storage_ids=plan.storage_ids,
+        storage_bytes=plan.ram_bytes,
+        params_in_place_bytes=plan.params_in_place_bytes,
+        params_copied_bytes=plan.params_copied_bytes,
+        functions=functions,
+        problems=problems,
     )
 
 

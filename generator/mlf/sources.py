@@ -190,3 +190,56 @@ def elf_arch(blob: bytes) -> str:
     endian = "<" if blob[5] == 1 else ">"
     (machine,) = struct.unpack_from(endian + "H", blob, 18)
     return ELF_MACHINES.get(machine, f"elf-machine-{machine}")
+
+
+_REGISTRY_RE = re.compile(
+    r"TVMFuncRegistry\s+\w+\s*=\s*\{\s*((?:\"(?:[^\"\\\n]|\\.)*\"\s*)+),", re.S)
+_STRING_RE = re.compile(r"\"((?:[^\"\\\n]|\\.)*)\"")
+_SIMPLE_ESCAPES = {"n": 10, "t": 9, "r": 13, "0": 0, "a": 7, "b": 8, "f": 12, "v": 11,
+                   "\\": 92, "'": 39, '"': 34, "?": 63}
+
+
+def c_string_bytes(literal_body: str) -> bytes:
+    """The bytes of a C string literal's body (escapes decoded, no terminating NUL)."""
+    out = bytearray()
+    i = 0
+    while i < len(literal_body):
+        c = literal_body[i]
+        if c != "\\":
+            out += c.encode()
+            i += 1
+            continue
+        nxt = literal_body[i + 1]
+        if nxt in "01234567":
+            j = i + 1
+            while j < min(i + 4, len(literal_body)) and literal_body[j] in "01234567":
+                j += 1
+            out.append(int(literal_body[i + 1:j], 8) & 0xFF)
+            i = j
+        elif nxt == "x":
+            j = i + 2
+            while j < len(literal_body) and literal_body[j] in "0123456789abcdefABCDEF":
+                j += 1
+            out.append(int(literal_body[i + 2:j], 16) & 0xFF)
+            i = j
+        else:
+            out.append(_SIMPLE_ESCAPES.get(nxt, ord(nxt)))
+            i += 2
+    return bytes(out)
+
+
+def system_library_functions(c_text: str) -> list[str] | None:
+    """Names in the archive's system-library registry, or None if it has no registry.
+
+    The registry's names blob starts with the function count (u16, little-endian), then
+    each name and its NUL (TVM's `TVMFuncRegistry`).
+    """
+    m = _REGISTRY_RE.search(c_text)
+    if not m or "TVMSystemLibEntryPoint" not in c_text:
+        return None
+    blob = b"".join(c_string_bytes(s) for s in _STRING_RE.findall(m.group(1)))
+    if len(blob) < 2:
+        return []
+    (count,) = struct.unpack_from("<H", blob)
+    names = blob[2:].split(b"\0")
+    return [n.decode(errors="replace") for n in names[:count]]

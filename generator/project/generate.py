@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +19,10 @@ from generator import RUNTIME_ABI_VERSION, __version__
 from generator.boards import Board, load_board
 from generator.errors import ProjectError, UnsupportedModelError
 from generator.mlf.archive import ArchiveFiles
+from generator.mlf.graph import parse_graph
 from generator.mlf.model import MlfArchive, ModuleInfo, c_identifier, dtype_bits
 from generator.mlf.reader import load_mlf
+from generator.project.cdata import c_bytes_initializer, c_string_literal
 from generator.resources import templates_dir
 
 PROJECT_FILE = "project.json"
@@ -62,9 +65,8 @@ def check_buildable(module: ModuleInfo, board: Board, origin: str) -> None:
     if not module.sources and not module.objects:
         raise UnsupportedModelError(f"{origin}: the archive has no code (no codegen/host/src "
                                     "or codegen/host/lib files)")
-    if module.executor != "aot":
-        raise UnsupportedModelError(f"{origin}: the '{module.executor}' executor is not "
-                                    "supported yet; only AOT archives can be built")
+    if module.graph is not None and module.graph.problems:
+        raise UnsupportedModelError(f"{origin}: cannot run this graph: {module.graph.problems[0]}")
     if any(s.language != "c" for s in module.sources):
         raise UnsupportedModelError(f"{origin}: C++ model sources are not supported yet")
     if module.unsupported_calls:
@@ -76,12 +78,17 @@ def check_buildable(module: ModuleInfo, board: Board, origin: str) -> None:
 def arena_bytes_for(module: ModuleInfo) -> int:
     """Bytes to reserve for TVMBackendAllocWorkspace.
 
-    TVM's workspace_size_bytes plus one alignment pad per allocation site: the number of
-    simultaneously live blocks never exceeds the number of call sites.
+    TVM's workspace size plus one alignment pad per allocation site: the number of
+    simultaneously live blocks never exceeds the number of call sites. For AOT that size
+    is main's workspace_size_bytes; the graph executor runs one operator at a time, each
+    freeing what it took, so it is the largest operator's workspace.
     """
     if module.workspace_call_sites == 0:
         return 0
-    return module.workspace_size_bytes + module.workspace_call_sites * WORKSPACE_ALIGN
+    size = module.workspace_size_bytes
+    if module.executor == "graph" and module.operator_workspace_bytes is not None:
+        size = module.operator_workspace_bytes
+    return size + module.workspace_call_sites * WORKSPACE_ALIGN
 
 
 def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = False,
@@ -126,7 +133,7 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     for src in sorted(platform_dir.iterdir()):
         if src.is_file() and src.suffix in (".c", ".h", ".ld", ".S"):
             out[f"platform/{src.name}"] = src.read_bytes()
-    out["app/aot_app.c"] = (crt / "src" / "aot_app.c").read_bytes()
+    out["app/app.c"] = (crt / "src" / "app.c").read_bytes()
 
     for s in module.sources:
         out[f"model/src/{s.path.rsplit('/', 1)[-1]}"] = files.data[s.path]
@@ -142,6 +149,11 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(crt)),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              autoescape=False)
+    env.filters["c_string"] = c_string_literal
+    graph_limits: dict[str, int] = {}
+    graph_context: dict = {}
+    if module.executor == "graph":
+        graph_limits, graph_context = _graph_context(files, module)
     context = {
         "generator_version": __version__,
         "abi_version": RUNTIME_ABI_VERSION,
@@ -157,11 +169,14 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         "runtime_sources": sorted(n for n in out if n.startswith("runtime/src/")),
         "platform_sources": sorted(n for n in out if n.startswith("platform/")
                                    and n.endswith((".c", ".S"))),
-        "app_sources": ["app/aot_app.c", "app/model_glue.c"],
+        "app_sources": ["app/app.c", "app/model_glue.c"],
+        "compile_definitions": graph_limits,
         "model_sources": sorted(n for n in out if n.startswith("model/src/")),
         "model_objects": sorted(n for n in out if n.startswith("model/lib/")),
     }
-    out["app/model_glue.c"] = env.get_template("model_glue.c.j2").render(context).encode()
+    context.update(graph_context)
+    glue = "graph_glue.c.j2" if module.executor == "graph" else "model_glue.c.j2"
+    out["app/model_glue.c"] = env.get_template(glue).render(context).encode()
     out["CMakeLists.txt"] = env.get_template("CMakeLists.txt.j2").render(context).encode()
     if not board.is_native:
         toolchain = env.get_template("toolchain.cmake.j2").render(context)
@@ -184,10 +199,31 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
             "arena_bytes": arena,
             "pools": [{"name": p.name, "size_bytes": p.size_bytes, "internal": p.internal}
                       for p in module.pools],
+            "storage_bytes": module.graph.storage_bytes if module.graph else 0,
         },
     }
     out[PROJECT_FILE] = (json.dumps(project, indent=2, sort_keys=True) + "\n").encode()
     return out
+
+
+def _graph_context(files: ArchiveFiles, module: ModuleInfo) -> tuple[dict[str, int], dict]:
+    """What graph_glue.c.j2 needs, and the executor limits that fit this graph exactly."""
+    assert module.graph is not None and module.graph_json and module.params_file
+    graph = parse_graph(files.text(module.graph_json), module.graph_json)
+    text = graph.compact_json().encode()
+    params = files.data[module.params_file]
+    own_registry = module.registry is None
+    names_blob = (struct.pack("<H", len(module.graph.functions)) +
+                  b"".join(f.encode() + b"\0" for f in module.graph.functions))
+    return graph.limits(), {
+        "graph": module.graph,
+        "graph_json_bytes": len(text),
+        "graph_json_literal": c_string_literal(text, indent="  "),
+        "params_bytes": len(params),
+        "params_initializer": c_bytes_initializer(params),
+        "own_registry": own_registry,
+        "registry_names_literal": c_string_literal(names_blob) if own_registry else "",
+    }
 
 
 def _tensor_json(t) -> dict:

@@ -1,8 +1,9 @@
 /*
  * microtvm-gen runtime: what the generated model glue (model_glue.c) provides to the app.
  *
- * The glue owns every buffer: inputs, outputs, the workspace arena and external pools,
- * all static and sized from the archive at generation time.
+ * The glue owns every buffer: inputs, outputs, the workspace arena and external pools
+ * (AOT), or the graph's storage (graph executor), all static and sized from the archive
+ * at generation time.
  */
 #ifndef MTVG_MODEL_H_
 #define MTVG_MODEL_H_
@@ -16,7 +17,7 @@ extern "C" {
 /*! \brief One input or output buffer of the model. */
 typedef struct {
   const char* name;    /*!< tensor name as in the archive */
-  uint8_t* data;       /*!< static buffer, aligned to 16 bytes */
+  uint8_t* data;       /*!< static buffer, aligned to 16 bytes (set by mtvg_model_init) */
   uint32_t size_bytes; /*!< exact size of the tensor */
 } mtvg_tensor_t;
 
@@ -28,8 +29,18 @@ extern const uint32_t mtvg_model_num_outputs;
 /*! \brief Bytes of the workspace arena reserved for TVMBackendAllocWorkspace. */
 extern const uint32_t mtvg_model_arena_bytes;
 
-/*! \brief Prepare the model (hand the arena to the workspace allocator). */
-void mtvg_model_init(void);
+/*! \brief Bytes reserved for the graph executor's storage (0 for AOT models). */
+extern const uint32_t mtvg_model_storage_bytes;
+
+/*! \brief Bytes of that storage the graph executor uses (valid after mtvg_model_init). */
+uint32_t mtvg_model_storage_used(void);
+
+/*!
+ * \brief Prepare the model: hand the arena to the workspace allocator; for graph models,
+ * parse the graph, bind the params, find the operators and place the storage.
+ * \return 0 on success; -1 after TVMAPISetLastError() said why.
+ */
+int32_t mtvg_model_init(void);
 
 /*!
  * \brief Run the model once on the input buffers, writing the output buffers.

@@ -18,7 +18,7 @@ extern "C" {
 /* ---- Configuration (override with -D) -------------------------------------------------- */
 
 /*! \brief ABI version of this runtime; the generator refuses to mix versions. */
-#define MTVG_RUNTIME_ABI_VERSION 1
+#define MTVG_RUNTIME_ABI_VERSION 2
 
 /*! \brief Alignment of every workspace block, in bytes (TVM assumes 16 at most). */
 #ifndef MTVG_WORKSPACE_ALIGN

@@ -3,7 +3,8 @@
  *
  * The host and the device exchange frames (mtvg_frame_send/receive). Each payload starts
  * with a command byte; integers are little-endian. docs/link.md has the full table.
- *   device -> host  'H' hello: abi, counts, sizes      (once, at start)
+ *   device -> host  'H' hello: abi, counts, sizes, arena, storage (once, at start)
+ *   device -> host  'E' message, then exit 3          (instead of 'H' if set-up failed)
  *   host -> device  'I' idx offset data  -> 'A' status  (write part of an input)
  *   host -> device  'R'                  -> 'D' status ticks hz peak errors message
  *   host -> device  'O' idx offset len   -> 'o' data    (read part of an output)
@@ -26,6 +27,9 @@
 #define CMD_OUTPUT_DATA 'o'
 #define CMD_QUIT 'Q'
 #define CMD_ERROR 'E'
+
+/* Exit status when the model could not be set up (its reason went out as 'E'). */
+#define EXIT_SETUP_FAILED 3
 
 static uint8_t rx[MTVG_LINK_MAX_PAYLOAD];
 static uint8_t tx[MTVG_LINK_MAX_PAYLOAD];
@@ -72,9 +76,10 @@ static void send_hello(void) {
   for (uint32_t i = 0; i < mtvg_model_num_outputs && n + 4 <= sizeof(tx); i++, n += 4) {
     put_u32(tx + n, mtvg_model_outputs[i].size_bytes);
   }
-  if (n + 4 <= sizeof(tx)) {
-    put_u32(tx + n, mtvg_model_arena_bytes);
-    n += 4;
+  const uint32_t tail[3] = {mtvg_model_arena_bytes, mtvg_model_storage_bytes,
+                            mtvg_model_storage_used()};
+  for (size_t k = 0; k < sizeof(tail) / sizeof(tail[0]) && n + 4 <= sizeof(tx); k++, n += 4) {
+    put_u32(tx + n, tail[k]);
   }
   (void)mtvg_frame_send(tx, n);
 }
@@ -145,7 +150,10 @@ static void handle_run(void) {
 
 int main(void) {
   mtvg_platform_init();
-  mtvg_model_init();
+  if (mtvg_model_init() != 0) {
+    send_error(TVMGetLastError());
+    mtvg_platform_exit(EXIT_SETUP_FAILED);
+  }
   send_hello();
   for (;;) {
     int32_t len = mtvg_frame_receive(rx);
