@@ -10,13 +10,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from generator.boards import Board, load_board
-from generator.elfsize import SizeReport, elf_size
+from generator.elfsize import SizeReport, elf_size, symbol_sizes
 from generator.errors import ToolchainError
 from generator.project.generate import load_project
 
 BUILD_DIR = "build"
 BUILD_INFO = "build.json"
 FIRMWARE = "firmware.elf"
+# Static buffers of the generated glue (templates/crt/*_glue.c.j2), measured in the ELF.
+ARENA_SYMBOL = "workspace_arena"
+STORAGE_SYMBOL = "graph_storage"
 
 
 @dataclass
@@ -25,14 +28,20 @@ class BuildResult:
     elf: Path
     size: SizeReport
     sanitize: bool
-    arena_bytes: int
-    workspace_size_bytes: int
+    arena_bytes: int  # workspace arena in the firmware (its symbol's size)
+    workspace_size_bytes: int  # what the archive says the model needs
+    executor: str = "aot"
+    storage_bytes_needed: int = 0  # graph executor: storage the graph needs
+    storage_bytes_reserved: int = 0  # and what the firmware holds (its symbol's size)
 
     def to_json(self) -> dict:
         return {"elf": str(self.elf), "sanitize": self.sanitize,
                 "size": {**asdict(self.size), "flash": self.size.flash, "ram": self.size.ram},
                 "arena_bytes": self.arena_bytes,
-                "workspace_size_bytes": self.workspace_size_bytes}
+                "workspace_size_bytes": self.workspace_size_bytes,
+                "executor": self.executor,
+                "storage_bytes_needed": self.storage_bytes_needed,
+                "storage_bytes_reserved": self.storage_bytes_reserved}
 
 
 def cmake_program() -> str:
@@ -123,7 +132,9 @@ def build(project_dir: Path, sanitize: bool = False, progress=None) -> BuildResu
     elf = build_dir / FIRMWARE
     size = elf_size(elf, board_ram(board))
     module = project["module"]
-    result = BuildResult(project_dir, elf, size, sanitize, module["arena_bytes"],
-                         module["workspace_size_bytes"])
+    symbols = symbol_sizes(elf, {ARENA_SYMBOL, STORAGE_SYMBOL})
+    result = BuildResult(project_dir, elf, size, sanitize, symbols.get(ARENA_SYMBOL, 0),
+                         module["workspace_size_bytes"], module["executor"],
+                         module.get("storage_bytes", 0), symbols.get(STORAGE_SYMBOL, 0))
     info_path.write_text(json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n")
     return result

@@ -80,8 +80,11 @@ class Info(Command):
                     shape = "x".join(str(d) for d in t.effective_shape())
                     note = "" if t.shape is not None else " (shape unknown: flat)"
                     print(f"  {kind}  {t.name}: {t.dtype}[{shape}], {t.size_bytes} B{note}")
-            print(f"  memory  workspace {_fmt_bytes(m.workspace_size_bytes)}, constants "
-                  f"{_fmt_bytes(m.constants_size_bytes)}, "
+            largest_op = (f" (largest operator {_fmt_bytes(m.operator_workspace_bytes)})"
+                          if m.executor == "graph" and m.operator_workspace_bytes is not None
+                          else "")
+            print(f"  memory  workspace {_fmt_bytes(m.workspace_size_bytes)}{largest_op}, "
+                  f"constants {_fmt_bytes(m.constants_size_bytes)}, "
                   f"{m.workspace_call_sites} TVMBackendAllocWorkspace call sites")
             for p in m.pools:
                 where = "declared by the model" if p.internal else "provided by the app"
@@ -93,8 +96,16 @@ class Info(Command):
             if m.params:
                 total = sum(p.size_bytes for p in m.params)
                 print(f"  params  {len(m.params)} tensors, {_fmt_bytes(total)} in {m.params_file}")
-            if m.graph_json:
-                print(f"  graph   {m.graph_json}")
+            if m.graph is not None:
+                g = m.graph
+                print(f"  graph   {m.graph_json}: {g.nodes} nodes, {g.operators} operator calls, "
+                      f"{g.storage_ids} storage ids")
+                print(f"  storage {g.storage_bytes} B of RAM needed by the graph; "
+                      f"params {_fmt_bytes(g.params_in_place_bytes)} used in place from flash"
+                      + (f", {_fmt_bytes(g.params_copied_bytes)} copied to RAM"
+                         if g.params_copied_bytes else ""))
+                for problem in g.problems:
+                    print(f"  cannot  {problem}")
         return EXIT_OK
 
 
@@ -168,8 +179,14 @@ class Build(Command):
             print(f"flash {_fmt_bytes(s.flash)} (code+rodata {_fmt_bytes(s.text)}, "
                   f"data {_fmt_bytes(s.data)}); RAM {_fmt_bytes(s.ram)} static "
                   f"(data {_fmt_bytes(s.data)}, bss {_fmt_bytes(s.bss)})")
-            print(f"workspace arena {_fmt_bytes(result.arena_bytes)} reserved for "
-                  f"{_fmt_bytes(result.workspace_size_bytes)} the archive says it needs")
+            if result.executor == "graph":
+                print(f"graph storage {result.storage_bytes_reserved} B reserved, "
+                      f"the graph needs {result.storage_bytes_needed} B")
+                print(f"workspace arena {_fmt_bytes(result.arena_bytes)} reserved (largest "
+                      "operator workspace + alignment)")
+            else:
+                print(f"workspace arena {_fmt_bytes(result.arena_bytes)} reserved for "
+                      f"{_fmt_bytes(result.workspace_size_bytes)} the archive says it needs")
         return EXIT_OK
 
 
@@ -243,6 +260,9 @@ class Run(Command):
                   f"{res.hz} Hz), workspace peak {_fmt_bytes(res.workspace_peak)}")
         print(f"flash {_fmt_bytes(report.flash_bytes)}, RAM {_fmt_bytes(report.ram_bytes)} "
               f"static (board {report.board})")
+        if report.storage_bytes:
+            print(f"graph storage {report.storage_used} B used of {report.storage_bytes} B "
+                  "reserved")
         for path in report.output_files:
             print(f"wrote {path}")
         return EXIT_OK

@@ -9,6 +9,7 @@ from pathlib import Path
 SHF_WRITE = 0x1
 SHF_ALLOC = 0x2
 SHT_NOBITS = 8
+SHT_SYMTAB = 2
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,41 @@ class SizeReport:
         return self.data + self.bss
 
 
+@dataclass(frozen=True)
+class _Section:
+    sh_type: int
+    flags: int
+    addr: int
+    offset: int
+    size: int
+    link: int
+    entsize: int
+
+
+def _read_elf(path: Path) -> tuple[bytes, bool, str]:
+    blob = path.read_bytes()
+    if blob[:4] != b"\x7fELF":
+        raise ValueError(f"{path} is not an ELF file")
+    return blob, blob[4] == 2, "<" if blob[5] == 1 else ">"
+
+
+def _sections(blob: bytes, is64: bool, endian: str) -> list[_Section]:
+    if is64:
+        shoff, = struct.unpack_from(endian + "Q", blob, 0x28)
+        shentsize, shnum = struct.unpack_from(endian + "HH", blob, 0x3A)
+        fmt = endian + "IIQQQQIIQQ"
+    else:
+        shoff, = struct.unpack_from(endian + "I", blob, 0x20)
+        shentsize, shnum = struct.unpack_from(endian + "HH", blob, 0x2E)
+        fmt = endian + "IIIIIIIIII"
+    out = []
+    for i in range(shnum):
+        (_name, sh_type, flags, addr, offset, size, link, _info, _align,
+         entsize) = struct.unpack_from(fmt, blob, shoff + i * shentsize)
+        out.append(_Section(sh_type, flags, addr, offset, size, link, entsize))
+    return out
+
+
 def elf_size(path: Path, ram: tuple[int, int] | None = None) -> SizeReport:
     """Section sizes by where they live.
 
@@ -33,33 +69,39 @@ def elf_size(path: Path, ram: tuple[int, int] | None = None) -> SizeReport:
     and flash otherwise (what the linker script decided). Without it (host programs),
     writable sections count as data.
     """
-    blob = path.read_bytes()
-    if blob[:4] != b"\x7fELF":
-        raise ValueError(f"{path} is not an ELF file")
-    is64 = blob[4] == 2
-    endian = "<" if blob[5] == 1 else ">"
-    if is64:
-        shoff, = struct.unpack_from(endian + "Q", blob, 0x28)
-        shentsize, shnum = struct.unpack_from(endian + "HH", blob, 0x3A)
-    else:
-        shoff, = struct.unpack_from(endian + "I", blob, 0x20)
-        shentsize, shnum = struct.unpack_from(endian + "HH", blob, 0x2E)
+    blob, is64, endian = _read_elf(path)
     text = data = bss = 0
-    for i in range(shnum):
-        off = shoff + i * shentsize
-        if is64:
-            _name, sh_type, flags, addr = struct.unpack_from(endian + "IIQQ", blob, off)
-            size, = struct.unpack_from(endian + "Q", blob, off + 0x20)
-        else:
-            _name, sh_type, flags, addr = struct.unpack_from(endian + "IIII", blob, off)
-            size, = struct.unpack_from(endian + "I", blob, off + 0x14)
-        if not flags & SHF_ALLOC or size == 0:
+    for sec in _sections(blob, is64, endian):
+        if not sec.flags & SHF_ALLOC or sec.size == 0:
             continue
-        in_ram = (ram[0] <= addr < ram[0] + ram[1]) if ram else bool(flags & SHF_WRITE)
-        if sh_type == SHT_NOBITS:
-            bss += size
+        in_ram = (ram[0] <= sec.addr < ram[0] + ram[1]) if ram else bool(sec.flags & SHF_WRITE)
+        if sec.sh_type == SHT_NOBITS:
+            bss += sec.size
         elif in_ram:
-            data += size
+            data += sec.size
         else:
-            text += size
+            text += sec.size
     return SizeReport(text, data, bss)
+
+
+def symbol_sizes(path: Path, names: set[str]) -> dict[str, int]:
+    """Sizes of the named data symbols (local or global) in the ELF's symbol table."""
+    blob, is64, endian = _read_elf(path)
+    sections = _sections(blob, is64, endian)
+    found: dict[str, int] = {}
+    for sec in sections:
+        if sec.sh_type != SHT_SYMTAB or sec.entsize == 0 or sec.link >= len(sections):
+            continue
+        strtab = sections[sec.link]
+        for off in range(sec.offset, sec.offset + sec.size, sec.entsize):
+            if is64:
+                st_name, _info, _other, _shndx, _value, size = struct.unpack_from(
+                    endian + "IBBHQQ", blob, off)
+            else:
+                st_name, _value, size = struct.unpack_from(endian + "III", blob, off)
+            start = strtab.offset + st_name
+            end = blob.find(b"\0", start, strtab.offset + strtab.size)
+            name = blob[start:end].decode(errors="replace") if end >= 0 else ""
+            if name in names:
+                found[name] = size
+    return found

@@ -42,6 +42,8 @@ class RunReport:
     ram_bytes: int
     arena_bytes: int
     output_files: list[Path] = field(default_factory=list)
+    storage_bytes: int = 0  # graph executor storage reserved in the firmware
+    storage_used: int = 0  # and what the executor placed there
 
     def to_json(self) -> dict:
         samples = []
@@ -56,6 +58,7 @@ class RunReport:
             })
         return {"board": self.board, "samples": samples, "flash_bytes": self.flash_bytes,
                 "ram_bytes": self.ram_bytes, "arena_bytes": self.arena_bytes,
+                "storage_bytes": self.storage_bytes, "storage_used_bytes": self.storage_used,
                 "output_files": [str(p) for p in self.output_files]}
 
 
@@ -126,7 +129,8 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
         if status != 0:
             raise DeviceError(f"{device.description} exited with status {status}")
     report = RunReport(board.name, all_outputs, results, size.flash, size.ram,
-                       project["module"]["arena_bytes"])
+                       project["module"]["arena_bytes"], storage_bytes=hello.storage_bytes,
+                       storage_used=hello.storage_used)
     if output_dir is not None:
         output_dir.mkdir(parents=True, exist_ok=True)
         for spec in outputs:

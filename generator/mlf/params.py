@@ -9,7 +9,7 @@ i64 shape[ndim], i64 data byte size, data.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,7 +30,7 @@ class Param:
     dtype: str
     shape: tuple[int, ...]
     data: bytes
-    offset: int = -1  # where the data starts in the blob it was read from
+    offset: int = field(default=-1, compare=False)  # where its data starts in the blob
 
     def as_numpy(self) -> np.ndarray:
         return np.frombuffer(self.data, dtype=np.dtype(self.dtype)).reshape(self.shape)

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sanitizer/asan_interface.h>
+
 #include "mtvg/graph.h"
 
 /* Largest arena a harness will hand to mtvg_graph_plan(). */
@@ -130,9 +132,12 @@ static void fz_check_slice(mtvg_slice_t s, const char* lo, size_t len) {
 }
 
 /*
- * Everything after mtvg_graph_set_params(): link, plan into an exact-size heap arena whose
- * start is misaligned by `skew` bytes, write the inputs, run, read the outputs.
+ * Everything after mtvg_graph_set_params(): link, plan into a heap arena whose start is
+ * misaligned by `skew` bytes, write the inputs, run, read the outputs.
  * `blob`/`blob_len` is the bound params blob (tensors may point into it).
+ *
+ * The arena gets mtvg_graph_storage_bytes() plus the padding that aligns its start (plan
+ * needs both); the bytes around it are poisoned, so ASan reports any access outside.
  */
 static void fz_link_plan_run(mtvg_graph_t* g, const uint8_t* blob, size_t blob_len,
                              unsigned skew) {
@@ -141,19 +146,28 @@ static void fz_link_plan_run(mtvg_graph_t* g, const uint8_t* blob, size_t blob_l
     return;
   }
   size_t need = mtvg_graph_storage_bytes(g);
+  FZ_CHECK(need % MTVG_GRAPH_STORAGE_ALIGN == 0);
   if (need > FZ_MAX_ARENA) {
     return;
   }
-  skew %= MTVG_GRAPH_STORAGE_ALIGN;
-  uint8_t* raw = (uint8_t*)malloc(need + skew + 1);
+  size_t block = need + 2 * MTVG_GRAPH_STORAGE_ALIGN + 1;
+  uint8_t* raw = (uint8_t*)malloc(block);
   FZ_CHECK(raw != NULL);
-  /* The arena ends exactly at the end of the heap block, so overruns are caught. */
-  uint8_t* arena = raw + 1 + skew;
+  uint8_t* arena = raw + 1 + skew % MTVG_GRAPH_STORAGE_ALIGN;
+  size_t pad = (MTVG_GRAPH_STORAGE_ALIGN - (uintptr_t)arena % MTVG_GRAPH_STORAGE_ALIGN) %
+               MTVG_GRAPH_STORAGE_ALIGN;
+  size_t size = need + pad;
+  ASAN_POISON_MEMORY_REGION(raw, (size_t)(arena - raw));
+  ASAN_POISON_MEMORY_REGION(arena + size, (size_t)(raw + block - (arena + size)));
   fz_arena_lo = arena;
-  fz_arena_hi = arena + need;
+  fz_arena_hi = arena + size;
   fz_blob_lo = blob;
   fz_blob_hi = blob == NULL ? NULL : blob + blob_len;
-  int rc = mtvg_graph_plan(g, arena, need);
+  /* One byte short must be refused. */
+  if (need > 0) {
+    FZ_CHECK(mtvg_graph_plan(g, arena, size - 1) == -1);
+  }
+  int rc = mtvg_graph_plan(g, arena, size);
   FZ_CHECK(rc == 0);
   FZ_CHECK(g->storage_used <= need);
   /* Nothing that gets written (operator outputs, model inputs) may live in the blob. */
@@ -191,6 +205,7 @@ static void fz_link_plan_run(mtvg_graph_t* g, const uint8_t* blob, size_t blob_l
   }
   fz_arena_lo = fz_arena_hi = NULL;
   fz_blob_lo = fz_blob_hi = NULL;
+  ASAN_UNPOISON_MEMORY_REGION(raw, block);
   free(raw);
 }
 
