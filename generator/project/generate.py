@@ -30,6 +30,8 @@ PROJECT_SCHEMA = 1
 STAGING_NAME = ".mtvg-staging"
 WORKSPACE_ALIGN = 16  # MTVG_WORKSPACE_ALIGN in templates/common/include/mtvg/runtime.h
 MIN_LIVE_BLOCKS = 64  # MTVG_WORKSPACE_MAX_LIVE default
+# Runtime files only graph-executor projects compile.
+GRAPH_RUNTIME_SOURCES = ("graph.c", "graph_params.c")
 
 _DTYPE_CODES = {"int": 0, "uint": 1, "float": 2, "bfloat": 4, "bool": 1}
 
@@ -125,6 +127,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     for src in sorted((common / "include").rglob("*.h")):
         out[f"runtime/include/{src.relative_to(common / 'include').as_posix()}"] = src.read_bytes()
     for src in sorted((common / "src").glob("*.c")):
+        if src.name in GRAPH_RUNTIME_SOURCES and module.executor != "graph":
+            continue
         out[f"runtime/src/{src.name}"] = src.read_bytes()
     platform_dir = common / "platform" / board.platform
     if not platform_dir.is_dir():
