@@ -104,6 +104,10 @@ class Info(Command):
                       f"params {_fmt_bytes(g.params_in_place_bytes)} used in place from flash"
                       + (f", {_fmt_bytes(g.params_copied_bytes)} copied to RAM"
                          if g.params_copied_bytes else ""))
+                if g.sids_disagree:
+                    print(f"  note    metadata 'sids' gives other sizes for storage ids "
+                          f"{', '.join(map(str, g.sids_disagree))} (a TVM quirk); the graph's "
+                          "own shapes are used")
                 for problem in g.problems:
                     print(f"  cannot  {problem}")
         return EXIT_OK

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what microtvm-gen needs on a Debian/Ubuntu machine, idempotently:
-#  - as root: Debian's gcc, gcc-arm-none-eabi, libnewlib-arm-none-eabi, qemu-system-arm
-#    (only the missing ones);
+#  - as root: Debian's gcc, gcc-arm-none-eabi, libnewlib-arm-none-eabi, qemu-system-arm,
+#    clang with libFuzzer (only the missing ones);
 #  - a virtualenv in .venv with the package (editable) and its test tools.
 # Prints the path of the virtualenv's bin directory on its last line.
 set -euo pipefail
@@ -13,6 +13,10 @@ command -v gcc >/dev/null || need+=(gcc libc6-dev)
 command -v arm-none-eabi-gcc >/dev/null || need+=(gcc-arm-none-eabi)
 [ -d /usr/lib/arm-none-eabi/newlib ] || need+=(libnewlib-arm-none-eabi)
 command -v qemu-system-arm >/dev/null || need+=(qemu-system-arm)
+# clang and its libFuzzer runtime: the fuzz harnesses' short runs in the suite.
+command -v clang >/dev/null || need+=(clang)
+compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null \
+  || need+=(libclang-rt-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     log "installing ${need[*]} with apt-get"

@@ -80,6 +80,8 @@ def test_info_reports_storage(capsys):
     assert graph["storage_bytes"] == STORAGE_BYTES
     assert graph["params_in_place_bytes"] == 17200 and graph["params_copied_bytes"] == 0
     assert graph["problems"] == []
+    # TVM computed metadata 'sids' by indexing shapes with storage ids: wrong from id 7 on.
+    assert graph["sids_disagree"] == [7, 8, 9, 10, 11, 12]
 
 
 def test_build_reports_storage_reserved(tmp_path, capsys):

@@ -105,6 +105,9 @@ class GraphSummary:
     params_copied_bytes: int  # parameters copied to RAM (misaligned in the params file)
     functions: list[str]  # operator functions the graph calls
     problems: list[str]  # why our executor cannot run it (empty: it can)
+    # Storage ids whose size in metadata `sids` differs from the graph's (TVM ≤0.18 computed
+    # `sids` by indexing shapes with storage ids; the graph is what the executor uses).
+    sids_disagree: list[int] = field(default_factory=list)
 
 
 @dataclass

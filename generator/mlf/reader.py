@@ -190,7 +190,7 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
     registry = sources.system_library_functions(c_text)
     op_workspaces = [_operator_workspace(f) for f in functions.get("operator_functions") or []]
     summary = (_graph_summary(graph, params, files.has(params_path), params_path, registry,
-                              set(defs), bool(srcs))
+                              set(defs), bool(srcs), memory.get("sids"))
                if graph is not None else None)
 
     deps = info.get("external_dependencies") or []
@@ -236,7 +236,7 @@ def _operator_workspace(func: object) -> int:
 
 def _graph_summary(graph: Graph, params: list[ParamTensor], has_params: bool,
                    params_path: str, registry: list[str] | None, defined: set[str],
-                   has_sources: bool) -> GraphSummary:
+                   has_sources: bool, sids: object) -> GraphSummary:
     problems = graph.problems()
     if not has_params:
         problems.append(f"the archive has no {params_path}: the graph's parameters have no "
@@ -258,7 +258,22 @@ def _graph_summary(graph: Graph, params: list[ParamTensor], has_params: bool,
         params_copied_bytes=plan.params_copied_bytes,
         functions=functions,
         problems=problems,
+        sids_disagree=_sids_disagreeing(graph, sids),
     )
+
+
+def _sids_disagreeing(graph: Graph, sids: object) -> list[int]:
+    """Storage ids whose metadata `sids` size differs from the graph's own."""
+    if not isinstance(sids, list):
+        return []
+    sizes = graph.storage_sizes()
+    out = []
+    for item in sids:
+        if isinstance(item, dict) and isinstance(item.get("storage_id"), int):
+            sid = item["storage_id"]
+            if item.get("size_bytes") != sizes.get(sid):
+                out.append(sid)
+    return out
 
 
 def _module_file(path: str, mod: str, version: int) -> bool:
