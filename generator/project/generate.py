@@ -175,6 +175,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
                                    and n.endswith((".c", ".S"))),
         "app_sources": ["app/app.c", "app/model_glue.c"],
         "compile_definitions": graph_limits,
+        "size_optimized_sources": [f"runtime/src/{n}" for n in GRAPH_RUNTIME_SOURCES
+                                   if f"runtime/src/{n}" in out],
         "model_sources": sorted(n for n in out if n.startswith("model/src/")),
         "model_objects": sorted(n for n in out if n.startswith("model/lib/")),
     }
