@@ -881,8 +881,8 @@ static int check_nodes(mtvg_graph_t* g) {
   for (uint32_t i = 0; i < g->num_nodes; i++) {
     const mtvg_graph_node_t* n = &g->nodes[i];
     if (n->kind == MTVG_NODE_ARG) {
-      if (n->listed_inputs != 0) {
-        return fail_node(g, i, "an input node (op \"null\") cannot have inputs");
+      if (n->listed_inputs != 0 || n->num_outputs != 1) {
+        return fail_node(g, i, "an input node (op \"null\") has no inputs and one output");
       }
       continue;
     }
@@ -1067,7 +1067,10 @@ int mtvg_graph_plan(mtvg_graph_t* g, uint8_t* arena, size_t size) {
     msg_uint(&m, arena == NULL || size < pad ? 0 : size - pad);
     return msg_fail(&m);
   }
-  uint8_t* base = need > 0 ? arena + pad : arena;
+  /* With nothing to place (only empty tensors), every buffer is this static block: operators
+   * insist on non-NULL data. */
+  static uint8_t empty_storage[MTVG_GRAPH_STORAGE_ALIGN];
+  uint8_t* base = need > 0 ? arena + pad : empty_storage;
   size_t offset = 0;
   for (uint32_t s = 0; s < g->num_storage; s++) {
     mtvg_graph_storage_t* st = &g->storage[s];
