@@ -104,6 +104,9 @@ class Graph:
                 out.append(f"node {i} '{n.name}' has op '{n.op}'; only 'tvm_op' is supported")
                 continue
             if n.op == "null":
+                if n.num_outputs != 1:
+                    out.append(f"input node {i} '{n.name}' has {n.num_outputs} outputs; "
+                               "input nodes have one")
                 continue
             if n.func_name is None:
                 out.append(f"node {i} '{n.name}' has no func_name")
