@@ -9,6 +9,7 @@
 #   FUZZ_BUILD   build and scratch directory (default /tmp/mtvg-fuzz)
 #   CC           a clang with libFuzzer (default clang)
 #   FUZZ_CFLAGS  extra compiler flags, e.g. "-DMTVG_GRAPH_MAX_NODES=32 -DMTVG_GRAPH_MAX_ENTRIES=32"
+#   FUZZ_ARGS    extra libFuzzer flags, e.g. "-use_value_profile=1 -only_ascii=1"
 #
 # The committed seeds (tests/fuzz/corpus/<kind>/) are copied into $FUZZ_BUILD/corpus/<harness>/,
 # which keeps growing across runs; the committed corpus is never modified. Crash inputs go to
@@ -34,8 +35,10 @@ sources=("$common/src/graph.c" "$common/src/graph_params.c" "$common/src/workspa
 flags=(-std=c99 -Wall -Wextra -Werror -O1 -g -fno-omit-frame-pointer
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
        -I "$common/include" -I "$root/tests/fuzz")
-# shellcheck disable=SC2206  # FUZZ_CFLAGS is a list of flags on purpose
+# shellcheck disable=SC2206  # both are lists of flags on purpose
 extra=(${FUZZ_CFLAGS:-})
+# shellcheck disable=SC2206
+fuzz_args=(${FUZZ_ARGS:-})
 
 harnesses=(fuzz_graph_json fuzz_params)
 declare -A seeds=([fuzz_graph_json]=graph_json [fuzz_params]=params)
@@ -58,12 +61,14 @@ for h in "${harnesses[@]}"; do
   artifacts="$build/artifacts/$h"
   log="$build/$h.log"
   mkdir -p "$corpus" "$artifacts"
-  cp -n "$root/tests/fuzz/corpus/${seeds[$h]}/"* "$corpus/"
+  for seed in "$root/tests/fuzz/corpus/${seeds[$h]}/"*; do
+    [[ -e "$corpus/${seed##*/}" ]] || cp "$seed" "$corpus/"
+  done
   before=$(find "$artifacts" -type f | wc -l)
   status=0
   "$build/bin/$h" -max_total_time="$seconds" -max_len=65536 -timeout=25 \
     -dict="$root/tests/fuzz/${dicts[$h]}" -artifact_prefix="$artifacts/" \
-    -print_final_stats=1 "$corpus" >"$log" 2>&1 || status=$?
+    -print_final_stats=1 "${fuzz_args[@]}" "$corpus" >"$log" 2>&1 || status=$?
   found=$(( $(find "$artifacts" -type f | wc -l) - before ))
   runs=$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$log" | tail -n 1)
   stats=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+' "$log" | tail -n 1 || true)

@@ -27,7 +27,7 @@
 /* Largest integer the graph may hold (ids, counts, dimensions). */
 #define MAX_JSON_INT 0x7FFFFFFFll
 
-/* Largest tensor or storage buffer, in bytes. */
+/* Largest tensor, and largest total of all storage buffers, in bytes. */
 #define MAX_TENSOR_BYTES 0x7FFFFFFFull
 
 /* ---- Error messages ------------------------------------------------------------------- */
@@ -298,7 +298,7 @@ static int json_next_item(json_t* j, char close, int first) {
 static int json_skip_value(json_t* j, int depth);
 
 static int json_skip_container(json_t* j, char close, int depth) {
-  if (depth >= MTVG_GRAPH_MAX_JSON_DEPTH) {
+  if (depth > MTVG_GRAPH_MAX_JSON_DEPTH) {
     return json_fail(j, "nesting deeper than MTVG_GRAPH_MAX_JSON_DEPTH");
   }
   j->pos++; /* the opening bracket */
@@ -836,7 +836,8 @@ static int parse_top(json_t* j, mtvg_graph_t* g) {
   if (seen != (KEY_NODES | KEY_ARG_NODES | KEY_HEADS | KEY_ATTRS | KEY_ROW_PTR)) {
     return json_fail(j, "the graph lacks nodes, arg_nodes, heads, attrs or node_row_ptr");
   }
-  if (json_peek(j) != '\0') {
+  json_ws(j);
+  if (j->pos != j->n) {
     return json_fail(j, "text after the graph object");
   }
   return 0;
@@ -953,6 +954,16 @@ static int check_entries(mtvg_graph_t* g) {
       g->storage[sid].size_bytes = en->size_bytes;
     }
     g->storage[sid].users++;
+  }
+  /* Every sum of storage sizes later (mtvg_graph_storage_bytes, plan offsets) is at most
+   * this one, so bounding it keeps 32-bit size_t arithmetic from wrapping. */
+  uint64_t total = 0;
+  for (uint32_t s = 0; s < g->num_storage; s++) {
+    total += ((uint64_t)g->storage[s].size_bytes + (MTVG_GRAPH_STORAGE_ALIGN - 1)) &
+             ~(uint64_t)(MTVG_GRAPH_STORAGE_ALIGN - 1);
+    if (total > MAX_TENSOR_BYTES) {
+      return fail("graph: storage larger than 2 GiB in total");
+    }
   }
   return 0;
 }

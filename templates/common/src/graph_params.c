@@ -41,39 +41,47 @@ static int has(const mtvg_params_reader_t* r, size_t pos, uint64_t n) {
   return pos <= r->size && n <= (uint64_t)(r->size - pos);
 }
 
+/* A reader that failed to open yields nothing: mtvg_params_next() then returns 0. */
+static int open_failed(mtvg_params_reader_t* r, const char* what) {
+  memset(r, 0, sizeof(*r));
+  return bad(what);
+}
+
 int mtvg_params_open(mtvg_params_reader_t* r, const uint8_t* blob, size_t size) {
   memset(r, 0, sizeof(*r));
   r->blob = blob;
   r->size = blob == NULL ? 0 : size;
   if (!has(r, 0, PARAMS_HEADER_BYTES)) {
-    return bad("params: shorter than its 24-byte header");
+    return open_failed(r, "params: shorter than its 24-byte header");
   }
   if (get_u64(blob) != PARAMS_LIST_MAGIC) {
-    return bad("params: not a TVM params blob (wrong magic)");
+    return open_failed(r, "params: not a TVM params blob (wrong magic)");
   }
-  r->count = get_u64(blob + 16);
-  if (r->count > r->size / 8u) {
-    return bad("params: claims more names than the blob can hold");
+  uint64_t count = get_u64(blob + 16);
+  if (count > r->size / 8u) {
+    return open_failed(r, "params: claims more names than the blob can hold");
   }
   size_t pos = PARAMS_HEADER_BYTES;
-  r->name_pos = pos;
-  for (uint64_t i = 0; i < r->count; i++) {
+  for (uint64_t i = 0; i < count; i++) {
     if (!has(r, pos, 8)) {
-      return bad("params: name table is truncated");
+      return open_failed(r, "params: name table is truncated");
     }
     uint64_t len = get_u64(blob + pos);
     pos += 8;
     if (len > MTVG_GRAPH_MAX_NAME_BYTES || !has(r, pos, len)) {
-      return bad("params: a name is longer than MTVG_GRAPH_MAX_NAME_BYTES or truncated");
+      return open_failed(r, "params: a name is longer than MTVG_GRAPH_MAX_NAME_BYTES or "
+                            "truncated");
     }
     pos += (size_t)len;
   }
   if (!has(r, pos, 8)) {
-    return bad("params: tensor count is missing");
+    return open_failed(r, "params: tensor count is missing");
   }
-  if (get_u64(blob + pos) != r->count) {
-    return bad("params: number of names and of tensors differ");
+  if (get_u64(blob + pos) != count) {
+    return open_failed(r, "params: number of names and of tensors differ");
   }
+  r->count = count;
+  r->name_pos = PARAMS_HEADER_BYTES;
   r->tensor_pos = pos + 8;
   return 0;
 }

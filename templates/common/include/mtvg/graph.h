@@ -73,7 +73,7 @@ extern "C" {
 #define MTVG_GRAPH_MAX_OP_ARGS 32
 #endif
 
-/*! \brief Deepest nesting of JSON values the parser accepts (for values it skips). */
+/*! \brief Deepest nesting of containers inside a value the parser skips. */
 #ifndef MTVG_GRAPH_MAX_JSON_DEPTH
 #define MTVG_GRAPH_MAX_JSON_DEPTH 16
 #endif
@@ -193,7 +193,12 @@ int mtvg_graph_set_params(mtvg_graph_t* g, const uint8_t* blob, size_t len);
 /*! \brief Find each operator's function in `lib`'s registry by its func_name. */
 int mtvg_graph_link(mtvg_graph_t* g, const TVMModule* lib);
 
-/*! \brief Arena bytes mtvg_graph_plan() will need (valid after mtvg_graph_set_params()). */
+/*!
+ * \brief Arena bytes mtvg_graph_plan() will need (valid after mtvg_graph_set_params()),
+ * for an arena aligned to MTVG_GRAPH_STORAGE_ALIGN; a misaligned arena needs up to
+ * MTVG_GRAPH_STORAGE_ALIGN - 1 bytes more. The total of all storage is at most 2 GiB
+ * (mtvg_graph_parse() refuses more).
+ */
 size_t mtvg_graph_storage_bytes(const mtvg_graph_t* g);
 
 /*!
