@@ -275,59 +275,84 @@ static int json_skip_number(json_t* j) {
 }
 
 /*
- * Array and object walking. A list is "[", then items separated by ",", then "]";
- * json_next_item() reports whether another item follows (1), the list ended (0), or the
- * text is malformed (-1). It is called before every item, `first` telling whether any
- * item was read yet.
+ * Arrays and objects. json_array() calls `item` once per element; json_object() calls
+ * `member` once per key, with the cursor on the value, which `member` must consume. Both
+ * accept empty containers and refuse trailing commas.
  */
-static int json_next_item(json_t* j, char close, int first) {
-  char c = json_peek(j);
-  if (c == close) {
+typedef int (*json_item_fn)(json_t* j, void* ctx);
+typedef int (*json_member_fn)(json_t* j, mtvg_slice_t key, void* ctx);
+
+static int json_array(json_t* j, json_item_fn item, void* ctx) {
+  if (json_expect(j, '[') != 0) {
+    return json_fail(j, "expected a list");
+  }
+  if (json_peek(j) == ']') {
     j->pos++;
     return 0;
   }
-  if (!first) {
-    if (c != ',') {
-      return json_fail(j, "expected ',' or the end of a list");
+  for (;;) {
+    if (item(j, ctx) != 0) {
+      return -1;
+    }
+    char c = json_peek(j);
+    if (c != ',' && c != ']') {
+      return json_fail(j, "expected ',' or ']'");
     }
     j->pos++;
+    if (c == ']') {
+      return 0;
+    }
   }
-  return 1;
+}
+
+static int json_object(json_t* j, json_member_fn member, void* ctx) {
+  if (json_expect(j, '{') != 0) {
+    return json_fail(j, "expected an object");
+  }
+  if (json_peek(j) == '}') {
+    j->pos++;
+    return 0;
+  }
+  for (;;) {
+    mtvg_slice_t key;
+    if (json_string(j, &key) != 0 || json_expect(j, ':') != 0 || member(j, key, ctx) != 0) {
+      return -1;
+    }
+    char c = json_peek(j);
+    if (c != ',' && c != '}') {
+      return json_fail(j, "expected ',' or '}'");
+    }
+    j->pos++;
+    if (c == '}') {
+      return 0;
+    }
+  }
 }
 
 static int json_skip_value(json_t* j, int depth);
 
-static int json_skip_container(json_t* j, char close, int depth) {
-  if (depth > MTVG_GRAPH_MAX_JSON_DEPTH) {
-    return json_fail(j, "nesting deeper than MTVG_GRAPH_MAX_JSON_DEPTH");
-  }
-  j->pos++; /* the opening bracket */
-  for (int first = 1;; first = 0) {
-    int more = json_next_item(j, close, first);
-    if (more <= 0) {
-      return more;
-    }
-    if (close == '}') {
-      mtvg_slice_t key;
-      if (json_string(j, &key) != 0 || json_expect(j, ':') != 0) {
-        return -1;
-      }
-    }
-    if (json_skip_value(j, depth + 1) != 0) {
-      return -1;
-    }
-  }
+static int skip_item(json_t* j, void* depth) { return json_skip_value(j, *(int*)depth); }
+
+static int skip_member(json_t* j, mtvg_slice_t key, void* depth) {
+  (void)key;
+  return json_skip_value(j, *(int*)depth);
 }
 
+/* Any value; containers may nest MTVG_GRAPH_MAX_JSON_DEPTH deep counting from depth 1. */
 static int json_skip_value(json_t* j, int depth) {
   mtvg_slice_t unused;
-  switch (json_peek(j)) {
+  int inner = depth + 1;
+  char c = json_peek(j);
+  if ((c == '{' || c == '[') && depth > MTVG_GRAPH_MAX_JSON_DEPTH) {
+    return json_fail(j, "nesting deeper than MTVG_GRAPH_MAX_JSON_DEPTH");
+  }
+  switch (c) {
     case '"':
       return json_string(j, &unused);
     case '{':
-      return json_skip_container(j, '}', depth);
+      return json_object(j, skip_member, &inner);
     case '[':
-      return json_skip_container(j, ']', depth);
+      return json_array(j, skip_item, &inner);
     case 't':
       return json_literal(j, "true");
     case 'f':
@@ -376,124 +401,109 @@ static int attr_count(json_t* j, mtvg_slice_t v, uint8_t* out) {
   return 0;
 }
 
-static int parse_node_attrs(json_t* j, mtvg_graph_node_t* node) {
-  if (json_peek(j) != '{') {
-    return json_fail(j, "node attrs must be an object");
+static int node_attr_member(json_t* j, mtvg_slice_t key, void* ctx) {
+  mtvg_graph_node_t* node = (mtvg_graph_node_t*)ctx;
+  int skip_depth = 1;
+  uint8_t bit = slice_eq(key, "func_name")      ? ATTR_FUNC_NAME
+                : slice_eq(key, "num_inputs")   ? ATTR_NUM_INPUTS
+                : slice_eq(key, "num_outputs")  ? ATTR_NUM_OUTPUTS
+                : slice_eq(key, "flatten_data") ? ATTR_FLATTEN_DATA
+                                                : 0;
+  if (bit == 0) {
+    return skip_member(j, key, &skip_depth);
   }
-  j->pos++;
-  for (int first = 1;; first = 0) {
-    int more = json_next_item(j, '}', first);
-    if (more <= 0) {
-      return more;
-    }
-    mtvg_slice_t key;
-    mtvg_slice_t value;
-    if (json_string(j, &key) != 0 || json_expect(j, ':') != 0) {
-      return -1;
-    }
-    uint8_t bit = slice_eq(key, "func_name")      ? ATTR_FUNC_NAME
-                  : slice_eq(key, "num_inputs")   ? ATTR_NUM_INPUTS
-                  : slice_eq(key, "num_outputs")  ? ATTR_NUM_OUTPUTS
-                  : slice_eq(key, "flatten_data") ? ATTR_FLATTEN_DATA
-                                                  : 0;
-    if (bit == 0) {
-      if (json_skip_value(j, 1) != 0) {
-        return -1;
-      }
-      continue;
-    }
-    if (node->attr_seen & bit) {
-      return json_fail(j, "node attribute given twice");
-    }
-    node->attr_seen |= bit;
-    if (json_string(j, &value) != 0) {
-      return json_fail(j, "node attribute values must be strings");
-    }
-    if (bit == ATTR_FUNC_NAME) {
+  if (node->attr_seen & bit) {
+    return json_fail(j, "node attribute given twice");
+  }
+  node->attr_seen |= bit;
+  mtvg_slice_t value;
+  if (json_string(j, &value) != 0) {
+    return json_fail(j, "node attribute values must be strings");
+  }
+  switch (bit) {
+    case ATTR_FUNC_NAME:
       node->func_name = value;
-    } else if (bit == ATTR_NUM_INPUTS) {
-      if (attr_count(j, value, &node->num_inputs) != 0) {
-        return -1;
-      }
-    } else if (bit == ATTR_NUM_OUTPUTS) {
-      if (attr_count(j, value, &node->num_outputs) != 0) {
-        return -1;
-      }
-    } else if (!slice_eq(value, "0")) {
-      return json_fail(j, "flatten_data other than \"0\" is not supported");
-    }
+      return 0;
+    case ATTR_NUM_INPUTS:
+      return attr_count(j, value, &node->num_inputs);
+    case ATTR_NUM_OUTPUTS:
+      return attr_count(j, value, &node->num_outputs);
+    default:
+      return slice_eq(value, "0") ? 0
+                                  : json_fail(j, "flatten_data other than \"0\" is not supported");
   }
 }
 
-static int parse_node(json_t* j, mtvg_graph_t* g, mtvg_graph_node_t* node) {
+/* The node being parsed, and what was seen of it. */
+typedef struct {
+  mtvg_graph_t* g;
+  mtvg_graph_node_t* node;
+  int seen_op;
+  int seen_inputs;
+} node_ctx_t;
+
+static int input_ref_item(json_t* j, void* ctx) {
+  node_ctx_t* n = (node_ctx_t*)ctx;
+  if (n->g->num_input_refs >= MTVG_GRAPH_MAX_INPUT_REFS) {
+    return json_fail(j, "more operator inputs than MTVG_GRAPH_MAX_INPUT_REFS");
+  }
+  if (parse_ref(j, &n->g->input_refs[n->g->num_input_refs]) != 0) {
+    return -1;
+  }
+  n->g->num_input_refs++;
+  n->node->listed_inputs++;
+  return 0;
+}
+
+static int node_member(json_t* j, mtvg_slice_t key, void* ctx) {
+  node_ctx_t* n = (node_ctx_t*)ctx;
+  int skip_depth = 1;
+  if (slice_eq(key, "op")) {
+    mtvg_slice_t op;
+    if (json_string(j, &op) != 0) {
+      return -1;
+    }
+    if (slice_eq(op, "null")) {
+      n->node->kind = MTVG_NODE_ARG;
+    } else if (slice_eq(op, "tvm_op")) {
+      n->node->kind = MTVG_NODE_OP;
+    } else {
+      return json_fail(j, "node op is not \"tvm_op\" or \"null\"; not supported");
+    }
+    n->seen_op = 1;
+    return 0;
+  }
+  if (slice_eq(key, "name")) {
+    return json_string(j, &n->node->name);
+  }
+  if (slice_eq(key, "inputs")) {
+    if (n->seen_inputs) {
+      return json_fail(j, "node inputs given twice");
+    }
+    n->seen_inputs = 1;
+    n->node->first_input = n->g->num_input_refs;
+    return json_array(j, input_ref_item, n);
+  }
+  if (slice_eq(key, "attrs") || slice_eq(key, "attr")) {
+    return json_object(j, node_attr_member, n->node);
+  }
+  return skip_member(j, key, &skip_depth);
+}
+
+static int node_item(json_t* j, void* ctx) {
+  mtvg_graph_t* g = (mtvg_graph_t*)ctx;
+  if (g->num_nodes >= MTVG_GRAPH_MAX_NODES) {
+    return json_fail(j, "more nodes than MTVG_GRAPH_MAX_NODES");
+  }
+  mtvg_graph_node_t* node = &g->nodes[g->num_nodes];
   memset(node, 0, sizeof(*node));
   node->first_input = g->num_input_refs;
   node->num_outputs = 1;
-  int seen_op = 0;
-  if (json_expect(j, '{') != 0) {
-    return json_fail(j, "a node must be an object");
+  node_ctx_t n = {g, node, 0, 0};
+  if (json_object(j, node_member, &n) != 0) {
+    return -1;
   }
-  for (int first = 1;; first = 0) {
-    int more = json_next_item(j, '}', first);
-    if (more < 0) {
-      return -1;
-    }
-    if (more == 0) {
-      break;
-    }
-    mtvg_slice_t key;
-    if (json_string(j, &key) != 0 || json_expect(j, ':') != 0) {
-      return -1;
-    }
-    if (slice_eq(key, "op")) {
-      mtvg_slice_t op;
-      if (json_string(j, &op) != 0) {
-        return -1;
-      }
-      if (slice_eq(op, "null")) {
-        node->kind = MTVG_NODE_ARG;
-      } else if (slice_eq(op, "tvm_op")) {
-        node->kind = MTVG_NODE_OP;
-      } else {
-        return json_fail(j, "node op is not \"tvm_op\" or \"null\"; not supported");
-      }
-      seen_op = 1;
-    } else if (slice_eq(key, "name")) {
-      if (json_string(j, &node->name) != 0) {
-        return -1;
-      }
-    } else if (slice_eq(key, "inputs")) {
-      if (node->listed_inputs != 0 || json_peek(j) != '[') {
-        return json_fail(j, "node inputs must be one list");
-      }
-      j->pos++;
-      node->first_input = g->num_input_refs;
-      for (int first_ref = 1;; first_ref = 0) {
-        int more_refs = json_next_item(j, ']', first_ref);
-        if (more_refs < 0) {
-          return -1;
-        }
-        if (more_refs == 0) {
-          break;
-        }
-        if (g->num_input_refs >= MTVG_GRAPH_MAX_INPUT_REFS) {
-          return json_fail(j, "more operator inputs than MTVG_GRAPH_MAX_INPUT_REFS");
-        }
-        if (parse_ref(j, &g->input_refs[g->num_input_refs]) != 0) {
-          return -1;
-        }
-        g->num_input_refs++;
-        node->listed_inputs++;
-      }
-    } else if (slice_eq(key, "attrs") || slice_eq(key, "attr")) {
-      if (parse_node_attrs(j, node) != 0) {
-        return -1;
-      }
-    } else if (json_skip_value(j, 1) != 0) {
-      return -1;
-    }
-  }
-  if (!seen_op) {
+  if (!n.seen_op) {
     return json_fail(j, "node without \"op\"");
   }
   if (node->kind == MTVG_NODE_OP) {
@@ -505,71 +515,40 @@ static int parse_node(json_t* j, mtvg_graph_t* g, mtvg_graph_node_t* node) {
       node->kind = MTVG_NODE_NOP;
     }
   }
+  g->num_nodes++;
   return 0;
 }
 
-static int parse_nodes(json_t* j, mtvg_graph_t* g) {
-  if (json_peek(j) != '[') {
-    return json_fail(j, "nodes must be a list");
-  }
-  j->pos++;
-  for (int first = 1;; first = 0) {
-    int more = json_next_item(j, ']', first);
-    if (more <= 0) {
-      return more;
-    }
-    if (g->num_nodes >= MTVG_GRAPH_MAX_NODES) {
-      return json_fail(j, "more nodes than MTVG_GRAPH_MAX_NODES");
-    }
-    if (parse_node(j, g, &g->nodes[g->num_nodes]) != 0) {
-      return -1;
-    }
-    g->num_nodes++;
-  }
-}
-
 /* A list of integers into `out` (capacity `cap`). */
-static int parse_uint_list(json_t* j, uint32_t* out, uint32_t cap, uint32_t* count,
-                           const char* too_many) {
-  if (json_peek(j) != '[') {
-    return json_fail(j, "expected a list of integers");
+typedef struct {
+  uint32_t* out;
+  uint32_t cap;
+  uint32_t* count;
+  const char* too_many;
+} uint_list_t;
+
+static int uint_item(json_t* j, void* ctx) {
+  uint_list_t* l = (uint_list_t*)ctx;
+  if (*l->count >= l->cap) {
+    return json_fail(j, l->too_many);
   }
-  j->pos++;
-  *count = 0;
-  for (int first = 1;; first = 0) {
-    int more = json_next_item(j, ']', first);
-    if (more <= 0) {
-      return more;
-    }
-    if (*count >= cap) {
-      return json_fail(j, too_many);
-    }
-    if (json_uint32(j, &out[*count]) != 0) {
-      return -1;
-    }
-    (*count)++;
+  if (json_uint32(j, &l->out[*l->count]) != 0) {
+    return -1;
   }
+  (*l->count)++;
+  return 0;
 }
 
-static int parse_heads(json_t* j, mtvg_graph_t* g) {
-  if (json_peek(j) != '[') {
-    return json_fail(j, "heads must be a list");
+static int head_item(json_t* j, void* ctx) {
+  mtvg_graph_t* g = (mtvg_graph_t*)ctx;
+  if (g->num_heads >= MTVG_GRAPH_MAX_HEADS) {
+    return json_fail(j, "more outputs than MTVG_GRAPH_MAX_HEADS");
   }
-  j->pos++;
-  g->num_heads = 0;
-  for (int first = 1;; first = 0) {
-    int more = json_next_item(j, ']', first);
-    if (more <= 0) {
-      return more;
-    }
-    if (g->num_heads >= MTVG_GRAPH_MAX_HEADS) {
-      return json_fail(j, "more outputs than MTVG_GRAPH_MAX_HEADS");
-    }
-    if (parse_ref(j, &g->heads[g->num_heads]) != 0) {
-      return -1;
-    }
-    g->num_heads++;
+  if (parse_ref(j, &g->heads[g->num_heads]) != 0) {
+    return -1;
   }
+  g->num_heads++;
+  return 0;
 }
 
 /* "float32" -> {kDLFloat, 32, 1}; "bool" -> {kDLUInt, 1, 1}. */
@@ -607,8 +586,8 @@ static int parse_dtype(mtvg_slice_t s, DLDataType* out) {
   return -1;
 }
 
-/* ["list_<kind>", [...]]: check the tag, leave the cursor inside the outer list. */
-static int open_tagged_list(json_t* j, const char* tag) {
+/* ["list_<kind>", [items...]] */
+static int json_tagged_list(json_t* j, const char* tag, json_item_fn item, void* ctx) {
   mtvg_slice_t t;
   if (json_expect(j, '[') != 0 || json_string(j, &t) != 0 || json_expect(j, ',') != 0) {
     return json_fail(j, "graph attrs entries look like [\"list_int\", [...]]");
@@ -616,224 +595,161 @@ static int open_tagged_list(json_t* j, const char* tag) {
   if (!slice_eq(t, tag)) {
     return json_fail(j, "graph attr has an unexpected type tag");
   }
+  if (json_array(j, item, ctx) != 0) {
+    return -1;
+  }
+  return json_expect(j, ']');
+}
+
+static int dltype_item(json_t* j, void* ctx) {
+  mtvg_graph_t* g = (mtvg_graph_t*)ctx;
+  mtvg_slice_t s;
+  if (g->num_dltype >= MTVG_GRAPH_MAX_ENTRIES) {
+    return json_fail(j, "more entries than MTVG_GRAPH_MAX_ENTRIES");
+  }
+  if (json_string(j, &s) != 0) {
+    return -1;
+  }
+  if (parse_dtype(s, &g->entries[g->num_dltype].dtype) != 0) {
+    return json_fail(j, "unsupported dtype (vector lanes or unknown type)");
+  }
+  g->num_dltype++;
   return 0;
 }
 
-static int parse_attr_dltype(json_t* j, mtvg_graph_t* g) {
-  if (open_tagged_list(j, "list_str") != 0 || json_expect(j, '[') != 0) {
+static int storage_id_item(json_t* j, void* ctx) {
+  mtvg_graph_t* g = (mtvg_graph_t*)ctx;
+  int64_t sid;
+  if (g->num_storage_ids >= MTVG_GRAPH_MAX_ENTRIES) {
+    return json_fail(j, "more entries than MTVG_GRAPH_MAX_ENTRIES");
+  }
+  if (json_int(j, &sid) != 0) {
     return -1;
   }
-  g->num_dltype = 0;
-  for (int first = 1;; first = 0) {
-    int more = json_next_item(j, ']', first);
-    if (more < 0) {
-      return -1;
-    }
-    if (more == 0) {
-      break;
-    }
-    mtvg_slice_t s;
-    if (g->num_dltype >= MTVG_GRAPH_MAX_ENTRIES) {
-      return json_fail(j, "more entries than MTVG_GRAPH_MAX_ENTRIES");
-    }
-    if (json_string(j, &s) != 0) {
-      return -1;
-    }
-    if (parse_dtype(s, &g->entries[g->num_dltype].dtype) != 0) {
-      return json_fail(j, "unsupported dtype (vector lanes or unknown type)");
-    }
-    g->num_dltype++;
+  if (sid < 0 || sid >= MTVG_GRAPH_MAX_STORAGE) {
+    return json_fail(j, "storage id negative or not below MTVG_GRAPH_MAX_STORAGE");
   }
-  return json_expect(j, ']');
+  g->entries[g->num_storage_ids].storage_id = (int32_t)sid;
+  g->num_storage_ids++;
+  return 0;
 }
 
-static int parse_attr_storage_id(json_t* j, mtvg_graph_t* g) {
-  if (open_tagged_list(j, "list_int") != 0 || json_expect(j, '[') != 0) {
+static int dim_item(json_t* j, void* ctx) {
+  mtvg_graph_entry_t* e = (mtvg_graph_entry_t*)ctx;
+  int64_t d;
+  if (e->ndim >= MTVG_GRAPH_MAX_NDIM) {
+    return json_fail(j, "shape with more than MTVG_GRAPH_MAX_NDIM dimensions");
+  }
+  if (json_int(j, &d) != 0) {
     return -1;
   }
-  g->num_storage_ids = 0;
-  for (int first = 1;; first = 0) {
-    int more = json_next_item(j, ']', first);
-    if (more < 0) {
-      return -1;
-    }
-    if (more == 0) {
-      break;
-    }
-    int64_t sid;
-    if (g->num_storage_ids >= MTVG_GRAPH_MAX_ENTRIES) {
-      return json_fail(j, "more entries than MTVG_GRAPH_MAX_ENTRIES");
-    }
-    if (json_int(j, &sid) != 0) {
-      return -1;
-    }
-    if (sid < 0 || sid >= MTVG_GRAPH_MAX_STORAGE) {
-      return json_fail(j, "storage id negative or not below MTVG_GRAPH_MAX_STORAGE");
-    }
-    g->entries[g->num_storage_ids].storage_id = (int32_t)sid;
-    g->num_storage_ids++;
+  if (d < 0) {
+    return json_fail(j, "negative dimension (dynamic shapes are not supported)");
   }
-  return json_expect(j, ']');
+  e->shape[e->ndim++] = d;
+  return 0;
 }
 
-static int parse_attr_shape(json_t* j, mtvg_graph_t* g) {
-  if (open_tagged_list(j, "list_shape") != 0 || json_expect(j, '[') != 0) {
+static int shape_item(json_t* j, void* ctx) {
+  mtvg_graph_t* g = (mtvg_graph_t*)ctx;
+  if (g->num_shapes >= MTVG_GRAPH_MAX_ENTRIES) {
+    return json_fail(j, "more entries than MTVG_GRAPH_MAX_ENTRIES");
+  }
+  mtvg_graph_entry_t* e = &g->entries[g->num_shapes];
+  e->ndim = 0;
+  if (json_array(j, dim_item, e) != 0) {
     return -1;
   }
-  g->num_shapes = 0;
-  for (int first = 1;; first = 0) {
-    int more = json_next_item(j, ']', first);
-    if (more < 0) {
-      return -1;
-    }
-    if (more == 0) {
-      break;
-    }
-    if (g->num_shapes >= MTVG_GRAPH_MAX_ENTRIES) {
-      return json_fail(j, "more entries than MTVG_GRAPH_MAX_ENTRIES");
-    }
-    mtvg_graph_entry_t* e = &g->entries[g->num_shapes];
-    e->ndim = 0;
-    if (json_expect(j, '[') != 0) {
-      return json_fail(j, "a shape must be a list");
-    }
-    for (int first_dim = 1;; first_dim = 0) {
-      int more_dims = json_next_item(j, ']', first_dim);
-      if (more_dims < 0) {
-        return -1;
-      }
-      if (more_dims == 0) {
-        break;
-      }
-      int64_t d;
-      if (e->ndim >= MTVG_GRAPH_MAX_NDIM) {
-        return json_fail(j, "shape with more than MTVG_GRAPH_MAX_NDIM dimensions");
-      }
-      if (json_int(j, &d) != 0) {
-        return -1;
-      }
-      if (d < 0) {
-        return json_fail(j, "negative dimension (dynamic shapes are not supported)");
-      }
-      e->shape[e->ndim++] = d;
-    }
-    g->num_shapes++;
-  }
-  return json_expect(j, ']');
+  g->num_shapes++;
+  return 0;
 }
 
-static int parse_attr_device_index(json_t* j) {
-  if (open_tagged_list(j, "list_int") != 0 || json_expect(j, '[') != 0) {
+static int device_index_item(json_t* j, void* ctx) {
+  (void)ctx;
+  int64_t dev;
+  if (json_int(j, &dev) != 0) {
     return -1;
   }
-  for (int first = 1;; first = 0) {
-    int more = json_next_item(j, ']', first);
-    if (more < 0) {
-      return -1;
-    }
-    if (more == 0) {
-      break;
-    }
-    int64_t dev;
-    if (json_int(j, &dev) != 0) {
-      return -1;
-    }
-    if (dev != kDLCPU) {
-      return json_fail(j, "device_index other than the CPU (1): heterogeneous graphs are "
-                          "not supported");
-    }
+  if (dev != kDLCPU) {
+    return json_fail(j, "device_index other than the CPU (1): heterogeneous graphs are "
+                        "not supported");
   }
-  return json_expect(j, ']');
+  return 0;
 }
 
-static int parse_graph_attrs(json_t* j, mtvg_graph_t* g) {
-  if (json_expect(j, '{') != 0) {
-    return json_fail(j, "graph attrs must be an object");
+static int graph_attr_member(json_t* j, mtvg_slice_t key, void* ctx) {
+  mtvg_graph_t* g = (mtvg_graph_t*)ctx;
+  int skip_depth = 1;
+  if (slice_eq(key, "dltype")) {
+    g->num_dltype = 0;
+    return json_tagged_list(j, "list_str", dltype_item, g);
   }
-  for (int first = 1;; first = 0) {
-    int more = json_next_item(j, '}', first);
-    if (more <= 0) {
-      return more;
-    }
-    mtvg_slice_t key;
-    if (json_string(j, &key) != 0 || json_expect(j, ':') != 0) {
-      return -1;
-    }
-    int rc;
-    if (slice_eq(key, "dltype")) {
-      rc = parse_attr_dltype(j, g);
-    } else if (slice_eq(key, "storage_id")) {
-      rc = parse_attr_storage_id(j, g);
-    } else if (slice_eq(key, "shape")) {
-      rc = parse_attr_shape(j, g);
-    } else if (slice_eq(key, "device_index")) {
-      rc = parse_attr_device_index(j);
-    } else if (slice_eq(key, "storage_scope")) {
-      rc = json_fail(j, "storage_scope (memory scopes) is not supported");
-    } else {
-      rc = json_skip_value(j, 1);
-    }
-    if (rc != 0) {
-      return -1;
-    }
+  if (slice_eq(key, "storage_id")) {
+    g->num_storage_ids = 0;
+    return json_tagged_list(j, "list_int", storage_id_item, g);
+  }
+  if (slice_eq(key, "shape")) {
+    g->num_shapes = 0;
+    return json_tagged_list(j, "list_shape", shape_item, g);
+  }
+  if (slice_eq(key, "device_index")) {
+    return json_tagged_list(j, "list_int", device_index_item, NULL);
+  }
+  if (slice_eq(key, "storage_scope")) {
+    return json_fail(j, "storage_scope (memory scopes) is not supported");
+  }
+  return skip_member(j, key, &skip_depth);
+}
+
+/* The graph and the top-level keys seen so far. */
+typedef struct {
+  mtvg_graph_t* g;
+  uint32_t seen;
+} top_ctx_t;
+
+static int top_member(json_t* j, mtvg_slice_t key, void* ctx) {
+  top_ctx_t* t = (top_ctx_t*)ctx;
+  mtvg_graph_t* g = t->g;
+  int skip_depth = 1;
+  uint32_t bit = slice_eq(key, "nodes")          ? KEY_NODES
+                 : slice_eq(key, "arg_nodes")    ? KEY_ARG_NODES
+                 : slice_eq(key, "heads")        ? KEY_HEADS
+                 : slice_eq(key, "attrs")        ? KEY_ATTRS
+                 : slice_eq(key, "node_row_ptr") ? KEY_ROW_PTR
+                                                 : 0;
+  if (bit != 0 && (t->seen & bit)) {
+    return json_fail(j, "key given twice");
+  }
+  t->seen |= bit;
+  uint_list_t args = {g->arg_nodes, MTVG_GRAPH_MAX_NODES, &g->num_arg_nodes,
+                      "more arg nodes than MTVG_GRAPH_MAX_NODES"};
+  uint_list_t rows = {g->row_ptr, MTVG_GRAPH_MAX_NODES + 1, &g->num_row_ptr,
+                      "node_row_ptr longer than MTVG_GRAPH_MAX_NODES + 1"};
+  switch (bit) {
+    case KEY_NODES:
+      return json_array(j, node_item, g);
+    case KEY_ARG_NODES:
+      return json_array(j, uint_item, &args);
+    case KEY_HEADS:
+      return json_array(j, head_item, g);
+    case KEY_ATTRS:
+      return json_object(j, graph_attr_member, g);
+    case KEY_ROW_PTR:
+      return json_array(j, uint_item, &rows);
+    default:
+      return skip_member(j, key, &skip_depth);
   }
 }
 
 static int parse_top(json_t* j, mtvg_graph_t* g) {
-  uint32_t seen = 0;
-  if (json_expect(j, '{') != 0) {
+  top_ctx_t t = {g, 0};
+  if (json_peek(j) != '{') {
     return json_fail(j, "the graph must be a JSON object");
   }
-  for (int first = 1;; first = 0) {
-    int more = json_next_item(j, '}', first);
-    if (more < 0) {
-      return -1;
-    }
-    if (more == 0) {
-      break;
-    }
-    mtvg_slice_t key;
-    if (json_string(j, &key) != 0 || json_expect(j, ':') != 0) {
-      return -1;
-    }
-    uint32_t bit = slice_eq(key, "nodes")          ? KEY_NODES
-                   : slice_eq(key, "arg_nodes")    ? KEY_ARG_NODES
-                   : slice_eq(key, "heads")        ? KEY_HEADS
-                   : slice_eq(key, "attrs")        ? KEY_ATTRS
-                   : slice_eq(key, "node_row_ptr") ? KEY_ROW_PTR
-                                                   : 0;
-    if (bit != 0 && (seen & bit)) {
-      return json_fail(j, "key given twice");
-    }
-    seen |= bit;
-    int rc;
-    switch (bit) {
-      case KEY_NODES:
-        rc = parse_nodes(j, g);
-        break;
-      case KEY_ARG_NODES:
-        rc = parse_uint_list(j, g->arg_nodes, MTVG_GRAPH_MAX_NODES, &g->num_arg_nodes,
-                             "more arg nodes than MTVG_GRAPH_MAX_NODES");
-        break;
-      case KEY_HEADS:
-        rc = parse_heads(j, g);
-        break;
-      case KEY_ATTRS:
-        rc = parse_graph_attrs(j, g);
-        break;
-      case KEY_ROW_PTR:
-        rc = parse_uint_list(j, g->row_ptr, MTVG_GRAPH_MAX_NODES + 1, &g->num_row_ptr,
-                             "node_row_ptr longer than MTVG_GRAPH_MAX_NODES + 1");
-        break;
-      default:
-        rc = json_skip_value(j, 1);
-        break;
-    }
-    if (rc != 0) {
-      return -1;
-    }
+  if (json_object(j, top_member, &t) != 0) {
+    return -1;
   }
-  if (seen != (KEY_NODES | KEY_ARG_NODES | KEY_HEADS | KEY_ATTRS | KEY_ROW_PTR)) {
+  if (t.seen != (KEY_NODES | KEY_ARG_NODES | KEY_HEADS | KEY_ATTRS | KEY_ROW_PTR)) {
     return json_fail(j, "the graph lacks nodes, arg_nodes, heads, attrs or node_row_ptr");
   }
   json_ws(j);
