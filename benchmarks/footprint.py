@@ -95,8 +95,8 @@ def main() -> int:
           " rows); arena: reserved for TVMBackendAllocWorkspace; needs: metadata"
           " workspace_size_bytes (USMP archives keep their pool inside the model's own"
           " code); peak: measured on the device. QEMU runs with -icount shift=0, so its"
-          " ticks are deterministic. storage: graph executor buffers reserved (= what the"
-          " graph needs).")
+          " ticks repeat to within 1 (SysTick phase). storage: graph executor buffers"
+          " reserved (= what the graph needs).")
     for line in model_ram:
         print(line)
     return 0
