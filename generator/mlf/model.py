@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from generator.mlf.graph import Graph
 
 DTYPE_RE = re.compile(r"^(int|uint|float|bfloat|bool)(\d*)$")
 
@@ -140,6 +144,8 @@ class ModuleInfo:
     # Functions of the archive's system library (TVMSystemLibEntryPoint), if it has one.
     registry: list[str] | None = None
     graph: GraphSummary | None = None
+    # The parsed graph itself (graph executor), for the generator; not part of the JSON.
+    graph_model: Graph | None = field(default=None, repr=False, compare=False)
     # Things the archive's code needs that our runtime does not provide.
     unsupported_calls: list[str] = field(default_factory=list)
     tvm_version: str | None = None
@@ -172,5 +178,7 @@ class MlfArchive:
     def to_json(self) -> dict:
         data = asdict(self)
         data.pop("member_names")
+        for module in data["modules"]:
+            module.pop("graph_model")
         data["file_count"] = len(self.member_names)
         return data

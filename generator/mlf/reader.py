@@ -222,6 +222,7 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
         operator_workspace_bytes=max(op_workspaces) if op_workspaces else None,
         registry=registry,
         graph=summary,
+        graph_model=graph,
     )
 
 

@@ -19,7 +19,6 @@ from generator import RUNTIME_ABI_VERSION, __version__
 from generator.boards import Board, load_board
 from generator.errors import ProjectError, UnsupportedModelError
 from generator.mlf.archive import ArchiveFiles
-from generator.mlf.graph import parse_graph
 from generator.mlf.model import MlfArchive, ModuleInfo, c_identifier, dtype_bits
 from generator.mlf.reader import load_mlf
 from generator.project.cdata import c_bytes_initializer, c_string_literal
@@ -214,8 +213,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
 
 def _graph_context(files: ArchiveFiles, module: ModuleInfo) -> tuple[dict[str, int], dict]:
     """What graph_glue.c.j2 needs, and the executor limits that fit this graph exactly."""
-    assert module.graph is not None and module.graph_json and module.params_file
-    graph = parse_graph(files.text(module.graph_json), module.graph_json)
+    graph = module.graph_model
+    assert graph is not None and module.graph is not None and module.params_file
     text = graph.compact_json().encode()
     params = files.data[module.params_file]
     own_registry = module.registry is None
