@@ -15,22 +15,10 @@
 
 #include "mtvg/graph.h"
 #include "mtvg/runtime.h"
+#include "check.h"
 
 #include "hannah_graph.inc"
 
-static int passed;
-static int failed;
-
-#define CHECK(cond)                                                   \
-  do {                                                                \
-    if (cond) {                                                       \
-      passed++;                                                       \
-    } else {                                                          \
-      failed++;                                                       \
-      printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);          \
-      printf("     last error: %s\n", TVMGetLastError());             \
-    }                                                                 \
-  } while (0)
 
 /* Two graphs: large, so static. */
 static mtvg_graph_t g;
@@ -961,6 +949,5 @@ int main(void) {
   test_params_errors();
   test_params_reader();
   free(json_copy);
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
+  return CHECK_REPORT();
 }

@@ -8,6 +8,7 @@
 
 #include "mtvg/platform.h"
 #include "mtvg/runtime.h"
+#include "check.h"
 #include "tvm/runtime/c_backend_api.h"
 
 #define WIRE_BYTES 8192
@@ -17,18 +18,6 @@ static size_t wire_out_len;
 static uint8_t wire_in[WIRE_BYTES];
 static size_t wire_in_len;
 static size_t wire_in_pos;
-static int passed;
-static int failed;
-
-#define CHECK(cond)                                                   \
-  do {                                                                \
-    if (cond) {                                                       \
-      passed++;                                                       \
-    } else {                                                          \
-      failed++;                                                       \
-      printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);          \
-    }                                                                 \
-  } while (0)
 
 void mtvg_platform_init(void) {}
 int mtvg_link_read(uint8_t* buf, size_t n) {
@@ -152,6 +141,5 @@ int main(void) {
   test_last_error();
   test_frame_send_vector();
   test_frame_receive();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
+  return CHECK_REPORT();
 }

@@ -481,7 +481,6 @@ static int node_member(json_t* j, mtvg_slice_t key, void* ctx) {
       return json_fail(j, "node inputs given twice");
     }
     n->seen_inputs = 1;
-    n->node->first_input = n->g->num_input_refs;
     return json_array(j, input_ref_item, n);
   }
   if (slice_eq(key, "attrs") || slice_eq(key, "attr")) {
