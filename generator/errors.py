@@ -50,3 +50,7 @@ class DeviceError(MtgError):
 
 class InputError(MtgError):
     """A user-supplied input tensor does not fit the model."""
+
+
+class ExportError(MtgError):
+    """The model cannot be imported or lowered by TVM into our archive format."""

@@ -114,6 +114,19 @@ class GraphSummary:
     sids_disagree: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class PlanSummary:
+    """The static memory plan an MLF v8 archive records for its activations."""
+
+    pool_bytes: int
+    lower_bound_bytes: int
+    tensors: int
+
+    @property
+    def ratio(self) -> float:
+        return self.pool_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 1.0
+
+
 @dataclass
 class ModuleInfo:
     """One module of the archive (TVM ≥0.9 archives may hold several)."""
@@ -149,6 +162,9 @@ class ModuleInfo:
     # Things the archive's code needs that our runtime does not provide.
     unsupported_calls: list[str] = field(default_factory=list)
     tvm_version: str | None = None
+    # MLF v8 (our exporter): the ABI of the generated code and its static memory plan.
+    abi: str | None = None
+    plan: PlanSummary | None = None
 
     @property
     def mangled(self) -> str:

@@ -1,6 +1,7 @@
 """Turning an archive's files into a validated MlfArchive.
 
-Versions 5, 6 and 7 as TVM 0.8–0.18 wrote them (see docs/mlf.md). The version is checked
+Versions 5, 6 and 7 as TVM 0.8–0.18 wrote them, and version 8 as our exporter writes it
+(see docs/mlf.md). The version is checked
 before anything else, so an archive from a newer tool gets a message about the version,
 not about whatever field changed.
 """
@@ -22,6 +23,7 @@ from generator.mlf.model import (
     ModuleInfo,
     ObjectFile,
     ParamTensor,
+    PlanSummary,
     Pool,
     SourceFile,
     TensorInfo,
@@ -30,8 +32,9 @@ from generator.mlf.model import (
 )
 from generator.mlf.params import load_params
 
-SUPPORTED_VERSIONS = (5, 6, 7)
+SUPPORTED_VERSIONS = (5, 6, 7, 8)
 NEWEST_KNOWN_VERSION = 8
+V8_ABIS = ("mtvg-aot-c",)  # generator/export/mlf_writer.py ABI_NAME
 _LANGUAGES = {"c": "c", "cc": "c++", "cpp": "c++"}
 # Names TVM's frontends give to bound parameters in Relay text (`%v_param_3`, `%p0`).
 _PARAM_NAME_RE = re.compile(r"^(v?_?param_\d+|p\d+)$")
@@ -64,7 +67,7 @@ def load_mlf(path: Path) -> tuple[MlfArchive, ArchiveFiles]:
                        hint="upgrade microtvm-gen")
     if version not in SUPPORTED_VERSIONS:
         raise MlfError(f"{path}: MLF version {version} is not supported (this tool reads "
-                       f"versions {_versions_text()}, written by TVM 0.8 to 0.18)")
+                       f"versions {_versions_text()}: TVM 0.8 to 0.18 and microtvm-gen)")
     style = meta.get("style", "full-model")
     if style != "full-model":
         raise UnsupportedModelError(f"{path}: '{style}'-style archives are not supported yet; "
@@ -167,6 +170,11 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
     else:
         inputs = _resolve_inputs(where, name, main, header, relay, {p.name for p in params})
         outputs = _resolve_outputs(where, name, main, header, relay, inputs)
+    abi, plan = None, None
+    if version >= 8:
+        abi, plan = _v8_abi_and_plan(info, where)
+        inputs = _v8_shapes(info.get("inputs"), inputs, where + " inputs")
+        outputs = _v8_shapes(info.get("outputs"), outputs, where + " outputs")
 
     defs = sources.function_definitions(c_text)
     interface = "c" if header is not None else "packed"
@@ -223,7 +231,52 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
         registry=registry,
         graph=summary,
         graph_model=graph,
+        abi=abi,
+        plan=plan,
     )
+
+
+def _v8_abi_and_plan(info: dict, where: str) -> tuple[str, PlanSummary | None]:
+    abi = info.get("abi")
+    if not isinstance(abi, dict) or not isinstance(abi.get("name"), str):
+        raise MlfError(f"{where}: version 8 metadata has no 'abi' object with a 'name'")
+    if abi["name"] not in V8_ABIS:
+        raise UnsupportedModelError(f"{where}: generated code ABI '{abi['name']}' is not one "
+                                    f"this tool can call ({', '.join(V8_ABIS)})")
+    plan = None
+    for pool in info.get("pools") or []:
+        if isinstance(pool, dict) and pool.get("kind") == "workspace" \
+                and isinstance(pool.get("size_bytes"), int) \
+                and isinstance(pool.get("lower_bound_bytes"), int):
+            plan = PlanSummary(pool["size_bytes"], pool["lower_bound_bytes"],
+                               len(pool.get("tensors") or []))
+    return abi["name"], plan
+
+
+def _v8_shapes(listed: object, tensors: list[TensorInfo], where: str) -> list[TensorInfo]:
+    """Tensors with the shapes version 8 metadata lists for them (checked against sizes)."""
+    if not isinstance(listed, list):
+        raise MlfError(f"{where}: version 8 metadata must list them with shapes")
+    by_name = {t.get("name"): t for t in listed if isinstance(t, dict)}
+    result = []
+    for t in tensors:
+        entry = by_name.get(t.name)
+        shape = entry.get("shape") if entry else None
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise MlfError(f"{where}: no valid shape for '{t.name}'")
+        shaped = TensorInfo(t.name, t.dtype, t.size_bytes, tuple(shape), "metadata")
+        if (shaped.numel if shape else 1) != _product(shape):
+            raise MlfError(f"{where}: '{t.name}' shape {shape} does not match its "
+                           f"{t.size_bytes} bytes of {t.dtype}")
+        result.append(shaped)
+    return result
+
+
+def _product(dims: list[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
 
 
 def _operator_workspace(func: object) -> int:

@@ -7,6 +7,7 @@ the first byte is written; a failure while writing leaves no half-made project b
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import struct
@@ -50,6 +51,26 @@ class GeneratedProject:
     module: ModuleInfo
     arena_bytes: int
     files: list[str]
+
+
+def tvm_include_dirs() -> list[str]:
+    """Include directories of the installed tvm-ffi and apache-tvm packages.
+
+    Kernels in MLF v8 archives are TVM 0.27's C codegen output, which includes TVM's own
+    headers (`tvm/runtime/base.h`, `tvm/ffi/c_api.h`); projects compile them against the
+    installed packages' headers rather than copies.
+    """
+    dirs = []
+    for package in ("tvm_ffi", "tvm"):
+        spec = importlib.util.find_spec(package)
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        include = Path(locations[0]) / "include" if locations else None
+        if include is None or not include.is_dir():
+            raise ProjectError(f"MLF version 8 kernels need the headers of the '{package}' "
+                               "package, which is not installed",
+                               hint="pip install apache-tvm==0.27.0.post1")
+        dirs.append(include.resolve().as_posix())
+    return dirs
 
 
 def check_buildable(module: ModuleInfo, board: Board, origin: str) -> None:
@@ -178,6 +199,7 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
                                    if f"runtime/src/{n}" in out],
         "model_sources": sorted(n for n in out if n.startswith("model/src/")),
         "model_objects": sorted(n for n in out if n.startswith("model/lib/")),
+        "tvm_include_dirs": tvm_include_dirs() if module.abi is not None else [],
     }
     context.update(graph_context)
     glue = "graph_glue.c.j2" if module.executor == "graph" else "model_glue.c.j2"

@@ -1,0 +1,139 @@
+"""Export entry points: a model file or a Relax IRModule → an MLF version 8 archive."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from generator import __version__
+from generator.errors import ExportError
+from generator.export import ccode, frontend
+from generator.export.lower import lower
+from generator.export.mlf_writer import ABI_NAME, MLF_VERSION, metadata_json, write_archive
+from generator.export.planner import Plan
+
+TARGET = "c -keys=cpu"
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    module: str
+    kernels: int
+    calls: int
+    plan: Plan
+    constants_bytes: int
+    inputs: list[ccode.IoTensor]
+    outputs: list[ccode.IoTensor]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+
+def export_model(model: Path, dest: Path, shapes: dict[str, tuple[int, ...]] | None = None,
+                 module: str = "default") -> ExportResult:
+    """Import an ONNX or TFLite file with TVM 0.27 and write it as an MLF v8 archive."""
+    start = time.monotonic()
+    mod, output_names = frontend.import_model(model, shapes or {})
+    return _export(mod, dest, module, output_names, model.name, start)
+
+
+def export_relax(mod, dest: Path, module: str = "default",
+                 output_names: list[str] | None = None) -> ExportResult:
+    """Write a Relax IRModule (weights bound as constants, static shapes) as MLF v8."""
+    return _export(mod, dest, module, output_names, "Relax IRModule", time.monotonic())
+
+
+def _check_module_name(module: str) -> None:
+    if not module.isidentifier() or not module.isascii():
+        raise ExportError(f"module name '{module}' is not a C identifier")
+
+
+def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin: str,
+            start: float) -> ExportResult:
+    _check_module_name(module)
+    lowered = lower(mod, module)
+    program = lowered.program
+    names = output_names or []
+    if len(names) != len(program.outputs):
+        names = (["output"] if len(program.outputs) == 1
+                 else [f"output{i}" for i in range(len(program.outputs))])
+    input_names = [program.tensors[t].name for t in program.inputs]
+    code = ccode.generate(lowered, module, input_names, names)
+    files = {
+        "metadata.json": metadata_json(_metadata(module, lowered, code, origin)),
+        f"codegen/host/include/tvmgen_{module}.h": code.header.encode(),
+        f"codegen/host/src/{module}_lib0.c": lowered.c_source.encode(),
+        f"codegen/host/src/{module}_lib1.c": code.run_source.encode(),
+        f"codegen/host/src/{module}_lib2.c": code.constants_source.encode(),
+        f"src/{module}.relax": lowered.relax_text.encode(),
+    }
+    write_archive(dest, files)
+    notes = [f"output '{n}' is copied after the last kernel" for n in code.copied_outputs]
+    return ExportResult(dest, module, len({c.kernel for c in program.calls}),
+                        len(program.calls), code.plan, code.constants_bytes, code.inputs,
+                        code.outputs, time.monotonic() - start, notes)
+
+
+def _tensor_meta(t: ccode.IoTensor) -> dict:
+    return {"name": t.name, "c_name": t.c_name, "dtype": t.dtype, "shape": list(t.shape),
+            "size": t.size_bytes}
+
+
+def _metadata(module: str, lowered, code: ccode.AotCode, origin: str) -> dict:
+    import tvm
+
+    program = lowered.program
+    memory_plan = code.plan
+    io_bytes = sum(t.size_bytes for t in code.inputs + code.outputs)
+    main_usage = {
+        "device": 1,
+        "workspace_size_bytes": memory_plan.pool_bytes,
+        "constants_size_bytes": code.constants_bytes,
+        "io_size_bytes": io_bytes,
+        "inputs": {t.name: {"size": t.size_bytes, "dtype": t.dtype} for t in code.inputs},
+        "outputs": {t.name: {"size": t.size_bytes, "dtype": t.dtype} for t in code.outputs},
+    }
+    kernels = sorted({c.kernel for c in program.calls})
+    return {
+        "version": MLF_VERSION,
+        "modules": {
+            module: {
+                "model_name": module,
+                "style": "full-model",
+                "executors": ["aot"],
+                "target": [TARGET],
+                "generator": {"name": "microtvm-gen", "version": __version__,
+                              "tvm_version": tvm.__version__, "source": origin},
+                "abi": {
+                    "name": ABI_NAME,
+                    "interface": "c",
+                    "entry": f"tvmgen_{module}_run",
+                    "operators": "plain C functions: void f(T0* arg0, ...), inputs then "
+                                 "outputs, no return value",
+                    "alignment": 16,
+                    "needs": [],
+                },
+                "inputs": [_tensor_meta(t) for t in code.inputs],
+                "outputs": [_tensor_meta(t) for t in code.outputs],
+                "pools": [
+                    {"name": code.pool_name, "kind": "workspace", "placement": "internal",
+                     "size_bytes": memory_plan.pool_bytes, "alignment": 16,
+                     "lower_bound_bytes": memory_plan.lower_bound,
+                     "tensors": [{"offset": p.offset, "size": p.size,
+                                  "first_call": p.first, "last_call": p.last}
+                                 for p in memory_plan.placements]},
+                    {"name": f"tvmgen_{module}_constants", "kind": "constant",
+                     "placement": "flash", "size_bytes": code.constants_bytes},
+                ],
+                "calls": [c.kernel for c in program.calls],
+                "memory": {"functions": {
+                    "main": [main_usage],
+                    "operator_functions": [{"function_name": f"tvmgen_{module}_{k}",
+                                            "workspace": [{"device": 1,
+                                                           "workspace_size_bytes": 0}]}
+                                           for k in kernels],
+                }},
+            },
+        },
+    }

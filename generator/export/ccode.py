@@ -1,0 +1,197 @@
+"""The archive's own C: the AOT run function, the weights, the C interface header.
+
+The run function calls the kernels in order with pointers: inputs and outputs are the
+caller's buffers (the `tvmgen_<mod>_inputs/outputs` structs of TVM's C interface),
+activations are offsets in one static workspace pool, weights are `const` arrays (flash).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from generator.errors import ExportError
+from generator.export.lower import Lowered, Program
+from generator.export.planner import ALIGN, Interval, Plan, plan
+from generator.mlf.model import c_identifier
+from generator.project.cdata import c_bytes_initializer
+
+
+@dataclass(frozen=True)
+class IoTensor:
+    name: str
+    c_name: str
+    shape: tuple[int, ...]
+    dtype: str
+    size_bytes: int
+
+
+@dataclass
+class AotCode:
+    header: str  # codegen/host/include/tvmgen_<mod>.h
+    run_source: str  # the run function and the workspace pool
+    constants_source: str  # the weights
+    plan: Plan
+    pool_name: str
+    inputs: list[IoTensor]
+    outputs: list[IoTensor]
+    constants_bytes: int
+    copied_outputs: list[str]  # outputs that are not written in place (copied at the end)
+
+
+def _io(program: Program, tid: int, name: str) -> IoTensor:
+    t = program.tensors[tid]
+    return IoTensor(name, c_identifier(name), t.shape, t.dtype, t.nbytes)
+
+
+def _check_names(kind: str, tensors: list[IoTensor]) -> None:
+    seen: dict[str, str] = {}
+    for t in tensors:
+        if t.c_name in seen:
+            raise ExportError(f"{kind} names '{seen[t.c_name]}' and '{t.name}' are the same C "
+                              f"identifier '{t.c_name}'")
+        seen[t.c_name] = t.name
+
+
+def _intervals(program: Program, in_place_outputs: set[int]) -> list[Interval]:
+    """Lifetimes (in call steps) of the activations that live in the pool."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for step, call in enumerate(program.calls):
+        for tid in call.args:
+            root = program.root(tid)
+            if program.tensors[root].kind != "activation" or root in in_place_outputs:
+                continue
+            first.setdefault(root, step)
+            last[root] = step
+    end = len(program.calls)
+    for tid in program.outputs:  # copied to the caller after the last call
+        root = program.root(tid)
+        if root in first:
+            last[root] = end
+    return [Interval(t, program.tensors[t].nbytes, first[t], last[t]) for t in sorted(first)]
+
+
+def generate(lowered: Lowered, module: str, input_names: list[str],
+             output_names: list[str]) -> AotCode:
+    program = lowered.program
+    prefix = f"tvmgen_{module}_"
+    inputs = [_io(program, tid, n) for tid, n in zip(program.inputs, input_names, strict=True)]
+    outputs = [_io(program, tid, n)
+               for tid, n in zip(program.outputs, output_names, strict=True)]
+    _check_names("input", inputs)
+    _check_names("output", outputs)
+
+    # Each activation returned by the model is written straight into the caller's output
+    # buffer by its kernel (once: a tensor returned twice is copied the second time).
+    in_place: dict[int, str] = {}
+    for tid, out in zip(program.outputs, outputs, strict=True):
+        root = program.root(tid)
+        if program.tensors[root].kind == "activation" and root not in in_place:
+            in_place[root] = out.c_name
+    memory_plan = plan(_intervals(program, set(in_place)))
+    pool = f"{prefix}workspace_pool"
+
+    constants = sorted({program.root(t) for c in program.calls for t in c.args
+                        if program.tensors[program.root(t)].kind == "constant"}
+                       | {program.root(t) for t in program.outputs
+                          if program.tensors[program.root(t)].kind == "constant"})
+    const_names = {tid: f"{prefix}const_{i}" for i, tid in enumerate(constants)}
+    input_of = {tid: t.c_name for tid, t in zip(program.inputs, inputs, strict=True)}
+
+    def where(tid: int) -> str:
+        root = program.root(tid)
+        kind = program.tensors[root].kind
+        if kind == "input":
+            return f"inputs->{input_of[root]}"
+        if kind == "constant":
+            return const_names[root]
+        if root in in_place:
+            return f"outputs->{in_place[root]}"
+        return f"({pool} + {memory_plan.offset_of(root)})"
+
+    lines = []
+    for call in program.calls:
+        types = [p.rsplit("*", 1)[0].strip() + "*"
+                 for p in lowered.prototypes[call.kernel].split(",")]
+        if len(types) != len(call.args):
+            raise ExportError(f"kernel {call.kernel}: {len(types)} parameters in C, "
+                              f"{len(call.args)} arguments in the model")
+        args = ", ".join(f"({ty}){where(t)}" for ty, t in zip(types, call.args, strict=True))
+        lines.append(f"  {prefix}{call.kernel}({args});")
+    copied = []
+    for tid, out in zip(program.outputs, outputs, strict=True):
+        if where(tid) != f"outputs->{out.c_name}":
+            lines.append(f"  memcpy(outputs->{out.c_name}, {where(tid)}, {out.size_bytes}u);")
+            copied.append(out.name)
+
+    return AotCode(
+        header=_header(module, inputs, outputs),
+        run_source=_run_source(module, lowered, program, memory_plan, pool, const_names, lines),
+        constants_source=_constants_source(module, program, const_names),
+        plan=memory_plan,
+        pool_name=pool,
+        inputs=inputs,
+        outputs=outputs,
+        constants_bytes=sum(program.tensors[t].nbytes for t in constants),
+        copied_outputs=copied,
+    )
+
+
+def _header(module: str, inputs: list[IoTensor], outputs: list[IoTensor]) -> str:
+    up = module.upper()
+    guard = f"TVMGEN_{up}_H_"
+    out = [f"/* The C interface of module '{module}' (MLF version 8, written by microtvm-gen)."
+           " Same names as TVM's C interface. */",
+           f"#ifndef {guard}", f"#define {guard}", "", "#include <stdint.h>", "",
+           "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
+    for kind, group in (("Input", inputs), ("Output", outputs)):
+        for t in group:
+            out.append(f"/* {kind} tensor {t.name}: {t.dtype}{list(t.shape)}, size in bytes */")
+            out.append(f"#define TVMGEN_{up}_{t.c_name.upper()}_SIZE {t.size_bytes}")
+    for kind, group in (("inputs", inputs), ("outputs", outputs)):
+        out += ["", f"/* {kind.capitalize()} tensor pointers for module '{module}' */",
+                f"struct tvmgen_{module}_{kind} {{"]
+        out += [f"  void* {t.c_name};" for t in group]
+        out.append("};")
+    out += ["", f"/* Runs module '{module}'. Buffers must be aligned to their element size; "
+            "returns 0. */",
+            f"int32_t tvmgen_{module}_run(struct tvmgen_{module}_inputs* inputs, "
+            f"struct tvmgen_{module}_outputs* outputs);",
+            "", "#ifdef __cplusplus", "}", "#endif", "", f"#endif  /* {guard} */", ""]
+    return "\n".join(out)
+
+
+def _run_source(module: str, lowered: Lowered, program: Program, memory_plan: Plan,
+                pool: str, const_names: dict[int, str], body: list[str]) -> str:
+    prefix = f"tvmgen_{module}_"
+    out = [f"/* The AOT run function of module '{module}' (written by microtvm-gen). */",
+           "#include <stdint.h>", "#include <string.h>", "",
+           f'#include "tvmgen_{module}.h"', ""]
+    kernels = sorted({c.kernel for c in program.calls})
+    out += [f"void {prefix}{k}({lowered.prototypes[k]});" for k in kernels]
+    out.append("")
+    out += [f"extern const uint8_t {name}[{program.tensors[tid].nbytes}];"
+            for tid, name in const_names.items()]
+    if memory_plan.pool_bytes:
+        out += ["", f"/* Activations: {len(memory_plan.placements)} tensors in "
+                f"{memory_plan.pool_bytes} bytes (lower bound {memory_plan.lower_bound}). */",
+                f"static uint8_t __attribute__((aligned({ALIGN}))) "
+                f"{pool}[{memory_plan.pool_bytes}];"]
+    out += ["", f"int32_t {prefix}run(struct {prefix}inputs* inputs, "
+            f"struct {prefix}outputs* outputs) {{",
+            "  (void)inputs;", "  (void)outputs;", *body, "  return 0;", "}", ""]
+    return "\n".join(out)
+
+
+def _constants_source(module: str, program: Program, const_names: dict[int, str]) -> str:
+    out = [f"/* The weights of module '{module}': read-only, kept in flash. */",
+           "#include <stdint.h>", ""]
+    for tid, name in const_names.items():
+        t = program.tensors[tid]
+        data = t.data.astype(t.data.dtype.newbyteorder("<"), copy=False).tobytes()
+        out.append(f"/* {t.dtype}{list(t.shape)} */")
+        out.append(f"const uint8_t __attribute__((aligned({ALIGN}))) {name}[{len(data)}] = {{")
+        out.append(c_bytes_initializer(data))
+        out.append("};")
+    out.append("")
+    return "\n".join(out)

@@ -1,0 +1,122 @@
+"""Model files → Relax IRModules, through TVM 0.27's ONNX and TFLite frontends."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from generator.errors import ExportError
+
+SUFFIXES = {".onnx": "onnx", ".tflite": "tflite"}
+
+
+def parse_shape_overrides(items: list[str]) -> dict[str, tuple[int, ...]]:
+    """`NAME=1,1,28,28` items → {NAME: (1, 1, 28, 28)}."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in items:
+        name, sep, dims = item.rpartition("=")
+        if not sep or not name or not re.fullmatch(r"\d+(,\d+)*", dims.replace(" ", "")):
+            raise ExportError(f"--input-shape '{item}': expected NAME=D1,D2,... "
+                              "with positive integers")
+        shape = tuple(int(d) for d in dims.replace(" ", "").split(","))
+        if any(d <= 0 for d in shape):
+            raise ExportError(f"--input-shape '{item}': dimensions must be positive")
+        shapes[name] = shape
+    return shapes
+
+
+def import_model(path: Path, shapes: dict[str, tuple[int, ...]]):
+    """The Relax IRModule of a model file (weights bound as constants) and its output names."""
+    kind = SUFFIXES.get(path.suffix.lower())
+    if kind is None:
+        raise ExportError(f"{path}: unknown model type '{path.suffix}' "
+                          f"(export reads {', '.join(sorted(SUFFIXES))})")
+    if not path.is_file():
+        raise ExportError(f"{path}: no such file")
+    try:
+        return _import_onnx(path, shapes) if kind == "onnx" else _import_tflite(path, shapes)
+    except ExportError:
+        raise
+    except Exception as exc:  # TVM's frontends raise anything; name the operator if we can
+        raise ExportError(f"{path}: TVM 0.27's {kind} frontend cannot import this model: "
+                          f"{_frontend_reason(exc)}") from exc
+
+
+def _import_onnx(path: Path, shapes: dict[str, tuple[int, ...]]):
+    try:
+        import onnx
+    except ImportError as exc:
+        raise ExportError("exporting ONNX models needs the 'onnx' package",
+                          hint="pip install onnx") from exc
+    from tvm.relax.frontend.onnx import from_onnx
+
+    try:
+        model = onnx.load(str(path))
+    except Exception as exc:
+        raise ExportError(f"{path}: not a readable ONNX model ({_first_line(exc)})") from exc
+    initializers = {t.name for t in model.graph.initializer}
+    real_inputs = [i for i in model.graph.input if i.name not in initializers]
+    unknown = sorted(set(shapes) - {i.name for i in real_inputs})
+    if unknown:
+        raise ExportError(f"{path}: --input-shape names {', '.join(unknown)}, but the model's "
+                          f"inputs are {', '.join(i.name for i in real_inputs)}")
+    shape_dict = {}
+    for inp in real_inputs:
+        dims = inp.type.tensor_type.shape.dim
+        if inp.name in shapes:
+            shape_dict[inp.name] = list(shapes[inp.name])
+        elif all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
+            shape_dict[inp.name] = [d.dim_value for d in dims]
+        else:
+            raise ExportError(f"{path}: input '{inp.name}' has a dynamic shape",
+                              hint=f"give it with --input-shape {inp.name}=D1,D2,...")
+    mod = from_onnx(model, shape_dict=shape_dict, keep_params_in_input=False)
+    return mod, [o.name for o in model.graph.output]
+
+
+def _import_tflite(path: Path, shapes: dict[str, tuple[int, ...]]):
+    try:
+        import tflite
+    except ImportError as exc:
+        raise ExportError("exporting TFLite models needs the 'tflite' package",
+                          hint="pip install tflite") from exc
+    from tvm.relax.frontend.tflite import from_tflite
+
+    data = path.read_bytes()
+    try:
+        model = tflite.Model.GetRootAsModel(data, 0)
+        subgraph = model.Subgraphs(0)
+        names = [subgraph.Tensors(subgraph.Inputs(i)).Name().decode()
+                 for i in range(subgraph.InputsLength())]
+        outputs = [subgraph.Tensors(subgraph.Outputs(i)).Name().decode()
+                   for i in range(subgraph.OutputsLength())]
+    except Exception as exc:
+        raise ExportError(f"{path}: not a readable TFLite model ({_first_line(exc)})") from exc
+    unknown = sorted(set(shapes) - set(names))
+    if unknown:
+        raise ExportError(f"{path}: --input-shape names {', '.join(unknown)}, but the model's "
+                          f"inputs are {', '.join(names)}")
+    shape_dict = {n: list(s) for n, s in shapes.items()} or None
+    return from_tflite(model, shape_dict=shape_dict), outputs
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def _frontend_reason(exc: BaseException) -> str:
+    """The failing operator and TVM's own last line, from a frontend traceback."""
+    reason = _first_line(exc)
+    op = None
+    tb = exc.__traceback__
+    while tb is not None:  # the deepest frame that names the operator being converted wins
+        local = tb.tb_frame.f_locals
+        for key in ("op_code_str", "op_type", "op_name"):
+            if isinstance(local.get(key), str):
+                op = local[key]
+                if isinstance(local.get("op_idx"), int):
+                    op = f"{op} (operator #{local['op_idx']})"
+        tb = tb.tb_next
+    return f"operator {op}: {reason}" if op else reason

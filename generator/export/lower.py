@@ -1,0 +1,288 @@
+"""Relax → fused TIR kernels → plain C functions, and the call sequence that runs them.
+
+The Relax side is TVM's own pipeline (legalize, fold, fuse). What comes out of it is read
+into a `Program`: tensors (inputs, outputs, constants, activations) and the kernel calls
+in order. Kernels are then scheduled to drop their intermediates (`schedule.py`),
+lowered, given plain pointer parameters, and compiled by TVM's C codegen.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from generator.errors import ExportError
+from generator.export.schedule import shrink_intermediates
+
+# Name prefix of every symbol the archive defines, as TVM's C interface did.
+SYMBOL_PREFIX = "tvmgen_{mod}_"
+
+
+@dataclass
+class Tensor:
+    """A tensor of the model's main function."""
+
+    id: int
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str  # "input" | "constant" | "activation"
+    name: str = ""
+    data: np.ndarray | None = None  # constants only
+    base: int | None = None  # reshape views: the tensor whose bytes these are
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * np.dtype(self.dtype if self.dtype != "bool" else "uint8").itemsize
+
+
+@dataclass
+class KernelCall:
+    kernel: str  # kernel name (without the symbol prefix)
+    args: list[int]  # tensor ids: inputs first, then outputs
+
+
+@dataclass
+class Program:
+    tensors: list[Tensor]
+    inputs: list[int]
+    outputs: list[int]  # may repeat, or name inputs/constants; ccode copies where needed
+    output_names: list[str]
+    calls: list[KernelCall]
+
+    def root(self, tid: int) -> int:
+        """The tensor whose bytes `tid` views (itself unless a reshape)."""
+        while self.tensors[tid].base is not None:
+            tid = self.tensors[tid].base
+        return tid
+
+
+@dataclass
+class Lowered:
+    program: Program
+    c_source: str  # TVM's C codegen output: one plain C function per kernel
+    prototypes: dict[str, str] = field(default_factory=dict)  # kernel → parameter list text
+    relax_text: str = ""
+
+
+def relax_pipeline():
+    import tvm
+    from tvm import relax
+
+    return tvm.transform.Sequential([
+        relax.transform.DecomposeOpsForInference(),
+        relax.transform.FoldConstant(),
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+        relax.transform.DeadCodeElimination(),
+        relax.transform.RewriteDataflowReshape(),
+        relax.transform.DeadCodeElimination(),
+    ])
+
+
+def lower(mod, module_name: str = "default") -> Lowered:
+    """Lower a Relax IRModule (weights bound as constants) to C kernels and a call list."""
+    import tvm
+
+    if "main" not in [gv.name_hint for gv in mod.functions]:
+        raise ExportError("the Relax module has no 'main' function")
+    relax_text = mod["main"].script(show_meta=False)
+    try:
+        with tvm.transform.PassContext(opt_level=3):
+            fused = relax_pipeline()(mod)
+    except Exception as exc:
+        raise ExportError(f"TVM could not legalize and fuse the model: {_last_line(exc)}") \
+            from exc
+    program = _read_main(fused)
+    used = sorted({c.kernel for c in program.calls})
+    prefix = SYMBOL_PREFIX.format(mod=module_name)
+    c_source = _compile_kernels(fused, used, prefix)
+    prototypes = {name[len(prefix):]: params for name, params in
+                  re.findall(r"TVM_DLL void (\w+)\(([^)]*)\);", c_source)}
+    missing = [k for k in used if k not in prototypes]
+    if missing:
+        raise ExportError(f"TVM's C codegen did not emit kernels {', '.join(missing)}")
+    return Lowered(program, c_source, prototypes, relax_text)
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+# ---- main → Program ----------------------------------------------------------------------
+
+def _static_shape(sinfo, where: str) -> tuple[tuple[int, ...], str]:
+    from tvm import relax
+
+    if not isinstance(sinfo, relax.TensorType) or sinfo.shape is None:
+        raise ExportError(f"{where}: not a tensor of known shape ({sinfo})")
+    dims = []
+    shape = sinfo.shape
+    for d in getattr(shape, "values", shape):
+        if not hasattr(d, "value"):
+            raise ExportError(f"{where}: dynamic dimension '{d}'; give the input shapes "
+                              "with --input-shape")
+        dims.append(int(d.value))
+    return tuple(dims), str(sinfo.dtype)
+
+
+class _MainReader:
+    """Walks the fused main function into a Program."""
+
+    def __init__(self) -> None:
+        self.tensors: list[Tensor] = []
+        self.values: dict = {}  # relax.Var → tensor id or tuple of ids
+        self.calls: list[KernelCall] = []
+
+    def new(self, shape, dtype, kind, name="", data=None, base=None) -> int:
+        t = Tensor(len(self.tensors), shape, dtype, kind, name, data, base)
+        self.tensors.append(t)
+        return t.id
+
+    def value(self, expr):
+        from tvm import relax
+        from tvm.ir.expr import GenericConst
+
+        if isinstance(expr, relax.Var):
+            if expr not in self.values:
+                raise ExportError(f"main uses '{expr.name}' before defining it")
+            return self.values[expr]
+        if isinstance(expr, GenericConst):
+            shape, dtype = _static_shape(expr.ty, "constant")
+            return self.new(shape, dtype, "constant", data=expr.value.numpy())
+        if isinstance(expr, relax.Tuple):
+            return tuple(self.value(f) for f in expr.fields)
+        if isinstance(expr, relax.TupleGetItem):
+            tup = self.value(expr.tuple_value)
+            return tup[expr.index]
+        if isinstance(expr, relax.Call):
+            return self.call(expr)
+        raise ExportError(f"main: unsupported expression {type(expr).__name__} after lowering")
+
+    def call(self, call):
+        from tvm import relax
+
+        op = call.op
+        name = getattr(op, "name", None)
+        if name == "relax.call_tir":
+            kernel = call.args[0].name_hint
+            args = self.value(call.args[1])
+            args = list(args) if isinstance(args, tuple) else [args]
+            sinfo = call.ty
+            infos = list(sinfo.fields) if isinstance(sinfo, relax.TupleType) else [sinfo]
+            outs = [self.new(*_static_shape(s, kernel), "activation") for s in infos]
+            if len(call.args) > 2:
+                raise ExportError(f"{kernel}: call_tir with symbolic shape arguments")
+            self.calls.append(KernelCall(kernel, [*args, *outs]))
+            return tuple(outs) if isinstance(sinfo, relax.TupleType) else outs[0]
+        if name in ("relax.reshape", "relax.memory.view"):
+            src = self.value(call.args[0])
+            shape, dtype = _static_shape(call.ty, name)
+            return self.new(shape, dtype, self.tensors[src].kind
+                            if self.tensors[src].kind != "activation" else "activation",
+                            base=src)
+        raise ExportError(f"main: operator '{name or op}' was not lowered to TIR "
+                          "(TVM 0.27 has no legalization for it)")
+
+
+def _read_main(mod) -> Program:
+    from tvm import relax
+
+    main = mod["main"]
+    reader = _MainReader()
+    inputs = []
+    for p in main.params:
+        shape, dtype = _static_shape(p.ty, f"input '{p.name}'")
+        tid = reader.new(shape, dtype, "input", name=p.name)
+        reader.values[p] = tid
+        inputs.append(tid)
+    body = main.body
+    if not isinstance(body, relax.SeqExpr):
+        raise ExportError("main is not a sequence of bindings after lowering")
+    for block in body.blocks:
+        for binding in block.bindings:
+            if not isinstance(binding, relax.VarBinding):
+                raise ExportError("main has a match_cast binding; shapes must be static")
+            reader.values[binding.var] = reader.value(binding.value)
+    result = reader.value(body.body)
+    outputs = list(result) if isinstance(result, tuple) else [result]
+    if any(isinstance(o, tuple) for o in outputs):
+        raise ExportError("main returns nested tuples; only tensors or a tuple of tensors")
+    names = ["output"] if len(outputs) == 1 else [f"output{i}" for i in range(len(outputs))]
+    return Program(reader.tensors, inputs, outputs, names, reader.calls)
+
+
+# ---- kernels → C --------------------------------------------------------------------------
+
+def _pre_lowering():
+    """TVM's own block lowering up to flat buffers (CompactBufferAllocation shrinks what
+    `shrink_intermediates` moved under a loop to the region one iteration touches)."""
+    import tvm
+    from tvm import s_tir, tirx
+
+    return tvm.transform.Sequential([
+        s_tir.transform.CanonicalizeLoop(),
+        s_tir.transform.LowerInitBlock(),
+        s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+        s_tir.transform.ConvertBlocksToOpaque(),
+        s_tir.transform.CompactBufferAllocation(),
+        s_tir.transform.LowerMatchBuffer(),
+        s_tir.transform.LowerOpaqueBlock(),
+        tirx.transform.FlattenBuffer(),
+        tirx.transform.StmtSimplify(),
+    ])
+
+
+def _plain_c_signature(func, symbol: str):
+    """The kernel with raw data pointers as parameters, compiled as a plain C function.
+
+    A non-default calling convention keeps MakePackedAPI away from it; TVM's C codegen
+    then writes `void symbol(float* a, ...)`.
+    """
+    from tvm import tirx
+
+    pointers = [tirx.Var(p.name + "_ptr", p.data.ty) for p in func.params]
+    decls = [tirx.DeclBuffer(p, data=q) for p, q in zip(func.params, pointers, strict=True)]
+    body = tirx.SeqStmt([*decls, func.body])
+    plain = tirx.PrimFunc(pointers, body, func.ret_type, func.attrs)
+    return plain.with_attr("global_symbol", symbol).with_attr("calling_conv", 1)
+
+
+def _compile_kernels(mod, names: list[str], prefix: str) -> str:
+    import tvm
+
+    kernels = {}
+    for name in names:
+        func = mod[name]
+        try:
+            func = shrink_intermediates(func)
+        except Exception:  # a schedule TVM refuses halfway: keep the legalized kernel
+            func = mod[name]
+        kernels[prefix + name] = func.with_attr("global_symbol", prefix + name)
+    try:
+        flat = _pre_lowering()(tvm.IRModule(kernels))
+        plain = {gv.name_hint: _plain_c_signature(f, gv.name_hint)
+                 for gv, f in flat.functions.items()}
+        if len(plain) == 1:
+            # With a single function TVM's codegen adds an FFI entry wrapper that calls it
+            # with the packed arguments; a second, unused kernel keeps it away.
+            plain[prefix + "unused"] = _empty_kernel(prefix + "unused")
+        lib = tvm.tirx.build(tvm.IRModule(plain), target="c")
+    except Exception as exc:
+        raise ExportError(f"TVM could not compile the kernels to C: {_last_line(exc)}") from exc
+    return lib.inspect_source()
+
+
+def _empty_kernel(symbol: str):
+    from tvm import tirx
+
+    return tirx.PrimFunc([], tirx.Evaluate(0)).with_attr("global_symbol", symbol) \
+        .with_attr("calling_conv", 1)

@@ -1,0 +1,71 @@
+"""Memory-saving schedules for the fused TIR kernels TVM 0.27 legalizes Relax into.
+
+Legalized kernels keep every stage in a full-size intermediate buffer (pad → conv → bias →
+relu is three copies of the output). On a microcontroller that RAM is the product, so every
+kernel gets the same generic treatment before lowering:
+
+1. inline every injective stage into its consumers (padding becomes a bounds check, bias and
+   activation fold into one expression);
+2. move each remaining epilogue of a reduction under the reduction's spatial loops, so the
+   reduction result lives in one scalar instead of a whole tensor.
+
+Each step is tried and skipped when TVM refuses it; a refused step never changes the result.
+"""
+
+from __future__ import annotations
+
+from tvm import s_tir, tirx
+
+
+def shrink_intermediates(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """The kernel with its intermediate buffers inlined or reduced to scalars."""
+    sch = s_tir.Schedule(func)
+    _inline_injective(sch)
+    _epilogues_under_reductions(sch)
+    return sch.mod["main"]
+
+
+def _blocks(sch: s_tir.Schedule) -> list:
+    return list(sch.get_child_blocks(sch.get_sblock("root")))
+
+
+def _inline_injective(sch: s_tir.Schedule) -> None:
+    changed = True
+    while changed:
+        changed = False
+        outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(sch.get_sblock("root"))}
+        for block in _blocks(sch):
+            if sch.get(block).name_hint in outputs:
+                continue
+            try:
+                sch.compute_inline(block)
+            except s_tir.ScheduleError:
+                continue
+            changed = True
+            break
+
+
+def _is_reduction(sch: s_tir.Schedule, block) -> bool:
+    return any(iv.iter_type == tirx.IterVar.CommReduce for iv in sch.get(block).iter_vars)
+
+
+def _epilogues_under_reductions(sch: s_tir.Schedule) -> None:
+    for block in _blocks(sch):
+        producers = sch.get_producers(block)
+        if len(producers) != 1 or not _is_reduction(sch, producers[0]):
+            continue
+        producer = producers[0]
+        try:
+            sch.reverse_compute_inline(block)
+            continue
+        except s_tir.ScheduleError:
+            pass
+        spatial = sum(1 for iv in sch.get(producer).iter_vars
+                      if iv.iter_type == tirx.IterVar.DataPar)
+        loops = sch.get_loops(producer)
+        if spatial == 0 or spatial > len(loops):
+            continue
+        try:
+            sch.reverse_compute_at(block, loops[spatial - 1], preserve_unit_loops=False)
+        except s_tir.ScheduleError:
+            continue
