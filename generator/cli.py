@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -34,6 +35,9 @@ class Command:
     name = ""
     help = ""
     reports = True  # adds --json
+    # After an error, TVM objects a failed import left behind log C++ warnings as the process
+    # exits; the one-line error has said it all.
+    silence_native_exit = False
 
     def add_parser(self, subparsers) -> None:
         parser = subparsers.add_parser(self.name, help=self.help, description=self.help)
@@ -86,6 +90,10 @@ class Info(Command):
             print(f"  memory  workspace {_fmt_bytes(m.workspace_size_bytes)}{largest_op}, "
                   f"constants {_fmt_bytes(m.constants_size_bytes)}, "
                   f"{m.workspace_call_sites} TVMBackendAllocWorkspace call sites")
+            if m.plan is not None:
+                print(f"  plan    activations {m.plan.pool_bytes} B in one pool "
+                      f"({m.plan.tensors} tensors); lower bound {m.plan.lower_bound_bytes} B "
+                      f"({m.plan.ratio:.2f}x)")
             for p in m.pools:
                 where = "declared by the model" if p.internal else "provided by the app"
                 print(f"  pool    {p.name}: {_fmt_bytes(p.size_bytes)} ({p.kind}, {where})")
@@ -110,6 +118,72 @@ class Info(Command):
                           "own shapes are used")
                 for problem in g.problems:
                     print(f"  cannot  {problem}")
+        return EXIT_OK
+
+
+class Export(Command):
+    name = "export"
+    help = "export an ONNX or TFLite model to an MLF archive with TVM 0.27"
+    silence_native_exit = True
+
+    def do_add_parser(self, parser):
+        parser.add_argument("model", type=Path, help="the model (.onnx or .tflite)")
+        parser.add_argument("-o", "--output", type=Path, required=True,
+                            help="archive to write (.tar)")
+        parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1,D2",
+                            help="static shape of an input (repeatable), e.g. Input3=1,1,28,28")
+        parser.add_argument("--module", default="default",
+                            help="module name: symbols are tvmgen_<module>_* (default: default)")
+        parser.add_argument("--style", choices=("full-model", "operator"), default="full-model",
+                            help="full-model: AOT run function; operator: every kernel "
+                                 "callable by name (host-driven timing)")
+        parser.add_argument("--force", action="store_true", help="replace an existing archive")
+
+    def do_run(self, args):
+        from generator.errors import ExportError
+        from generator.export import frontend
+
+        if args.output.exists() and not args.force:
+            raise ExportError(f"{args.output} exists; pass --force to replace it")
+        if args.output.exists() and not args.output.is_file():
+            raise ExportError(f"{args.output} exists and is not a file")
+        shapes = frontend.parse_shape_overrides(args.input_shape)
+        progress(f"importing {args.model.name} and compiling with TVM")
+        if args.style == "operator":
+            from generator.export.operators import export_model_operators
+
+            result = export_model_operators(args.model, args.output, shapes)
+            data = result.to_json() if hasattr(result, "to_json") else {"archive": str(args.output)}
+            if args.json:
+                self.emit_json(data)
+            else:
+                print(f"exported {args.output} (operator style)")
+            return EXIT_OK
+        from generator.export import export_model
+
+        r = export_model(args.model, args.output, shapes, module=args.module)
+        if args.json:
+            self.emit_json({
+                "archive": str(r.path), "module": r.module, "mlf_version": 8,
+                "kernels": r.kernels, "calls": r.calls,
+                "pool_bytes": r.plan.pool_bytes, "lower_bound_bytes": r.plan.lower_bound,
+                "constants_bytes": r.constants_bytes, "seconds": round(r.seconds, 3),
+                "inputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
+                           for t in r.inputs],
+                "outputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
+                            for t in r.outputs],
+                "notes": r.notes})
+            return EXIT_OK
+        print(f"exported {r.path}: module '{r.module}', {r.calls} kernel calls "
+              f"({r.kernels} kernels), {r.seconds:.1f} s")
+        for kind, tensors in (("input ", r.inputs), ("output", r.outputs)):
+            for t in tensors:
+                print(f"  {kind}  {t.name}: {t.dtype}{list(t.shape)}")
+        print(f"  plan    activations {r.plan.pool_bytes} B, lower bound "
+              f"{r.plan.lower_bound} B ({r.plan.ratio:.2f}x); weights "
+              f"{_fmt_bytes(r.constants_bytes)} in flash")
+        for note in r.notes:
+            print(f"  note    {note}")
         return EXIT_OK
 
 
@@ -272,7 +346,7 @@ class Run(Command):
         return EXIT_OK
 
 
-COMMANDS: list[Command] = [Info(), Boards(), Generate(), Build(), Run()]
+COMMANDS: list[Command] = [Export(), Info(), Boards(), Generate(), Build(), Run()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -286,6 +360,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _silence_native_stderr() -> None:
+    sys.stderr.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -297,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
         return command.do_run(args)
     except MtgError as exc:
         print(f"microtvm-gen {command.name}: error: {exc.one_line()}", file=sys.stderr)
+        if command.silence_native_exit and argv is None:  # the real program, not a test
+            _silence_native_stderr()
         return exc.exit_code
     except KeyboardInterrupt:
         print("microtvm-gen: interrupted", file=sys.stderr)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from generator.errors import ExportError
@@ -33,13 +37,15 @@ def import_model(path: Path, shapes: dict[str, tuple[int, ...]]):
                           f"(export reads {', '.join(sorted(SUFFIXES))})")
     if not path.is_file():
         raise ExportError(f"{path}: no such file")
-    try:
-        return _import_onnx(path, shapes) if kind == "onnx" else _import_tflite(path, shapes)
-    except ExportError:
-        raise
-    except Exception as exc:  # TVM's frontends raise anything; name the operator if we can
-        raise ExportError(f"{path}: TVM 0.27's {kind} frontend cannot import this model: "
-                          f"{_frontend_reason(exc)}") from exc
+    with quiet_native_stderr():
+        try:
+            return _import_onnx(path, shapes) if kind == "onnx" else _import_tflite(path, shapes)
+        except ExportError:
+            raise
+        except Exception as exc:  # TVM's frontends raise anything; name the operator if we can
+            message = (f"{path}: TVM 0.27's {kind} frontend cannot import this model: "
+                       f"{_frontend_reason(exc)}")
+    raise ExportError(message)
 
 
 def _import_onnx(path: Path, shapes: dict[str, tuple[int, ...]]):
@@ -98,6 +104,20 @@ def _import_tflite(path: Path, shapes: dict[str, tuple[int, ...]]):
                           f"inputs are {', '.join(names)}")
     shape_dict = {n: list(s) for n, s in shapes.items()} or None
     return from_tflite(model, shape_dict=shape_dict), outputs
+
+
+@contextlib.contextmanager
+def quiet_native_stderr() -> Iterator[None]:
+    """Hide what TVM's C++ side logs on file descriptor 2 (warnings a user cannot act on);
+    our own error message says what went wrong."""
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def _first_line(exc: BaseException) -> str:

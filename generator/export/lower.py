@@ -94,8 +94,10 @@ def lower(mod, module_name: str = "default") -> Lowered:
     if "main" not in [gv.name_hint for gv in mod.functions]:
         raise ExportError("the Relax module has no 'main' function")
     relax_text = mod["main"].script(show_meta=False)
+    from generator.export.frontend import quiet_native_stderr
+
     try:
-        with tvm.transform.PassContext(opt_level=3):
+        with tvm.transform.PassContext(opt_level=3), quiet_native_stderr():
             fused = relax_pipeline()(mod)
     except Exception as exc:
         raise ExportError(f"TVM could not legalize and fuse the model: {_last_line(exc)}") \
