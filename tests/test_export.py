@@ -1,0 +1,297 @@
+"""Export on TVM 0.27: models → MLF v8 → firmware on the host and in QEMU, checked against
+TVM's own llvm build and the TensorFlow Lite Micro interpreter; the planner; refusals.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from generator.cli import main
+from generator.errors import ExportError, MlfError
+from generator.export import export_model
+from generator.export.planner import Interval, lower_bound, plan
+from generator.mlf import read_mlf
+from generator.project.generate import generate
+from generator.run import run_project
+from tests.conftest import BOARDS, REPO, require_board_tools, shared_path
+
+MNIST = REPO / "examples" / "mnist"
+MODELS = REPO / "tests" / "fixtures" / "models"
+HELLO = {"float": MODELS / "hello_world" / "hello_world_float.tflite",
+         "int8": MODELS / "hello_world" / "hello_world_int8.tflite"}
+KWS = MODELS / "mlperftiny_kws" / "kws_ref_model.tflite"
+MAX_PLAN_RATIO = 1.10
+
+
+def digit(d: int) -> np.ndarray:
+    """The image the TVM tests fed mnist-8: resized to 28x28, float pixels 0..255."""
+    from PIL import Image
+
+    img = Image.open(MNIST / f"digit-{d}.jpg").resize((28, 28))
+    return np.asarray(img).astype("float32").reshape(1, 1, 28, 28)
+
+
+def tvm_llvm_outputs(model: Path, samples: list[np.ndarray]) -> list[np.ndarray]:
+    """The same model through TVM 0.27's own llvm build and Relax VM."""
+    import tvm
+    from tvm import relax
+
+    from generator.export.frontend import import_model
+
+    mod, _ = import_model(model, {})
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    return [vm["main"](tvm.runtime.tensor(x)).numpy() for x in samples]
+
+
+def tflm_outputs(model: Path, samples: list[np.ndarray]) -> list[np.ndarray]:
+    """The TensorFlow Lite Micro Python interpreter (reference kernels) on the same model."""
+    from tflite_micro.python.tflite_micro import runtime
+
+    interp = runtime.Interpreter.from_file(str(model))
+    outs = []
+    for x in samples:
+        interp.set_input(x, 0)
+        interp.invoke()
+        outs.append(np.array(interp.get_output(0)))
+    return outs
+
+
+_exports: dict[str, object] = {}
+_runs: dict[tuple[str, str], object] = {}
+
+
+def _export(model: Path, tmp_path_factory):
+    if model.name not in _exports:
+        dest = tmp_path_factory.mktemp("export") / (model.stem + ".tar")
+        _exports[model.name] = export_model(model, dest)
+    return _exports[model.name]
+
+
+def _run(model: Path, board: str, samples: list[dict], tmp_path_factory):
+    key = (model.name, board)
+    if key not in _runs:
+        require_board_tools(board)
+        result = _export(model, tmp_path_factory)
+        project = tmp_path_factory.mktemp("proj") / f"{model.stem}-{board}"
+        generate(result.path, board, project)
+        _runs[key] = run_project(project, samples)
+    return _runs[key]
+
+
+# ---- the planner ---------------------------------------------------------------------------
+
+def test_planner_reuses_memory_of_dead_tensors():
+    chain = [Interval(0, 100, 0, 1), Interval(1, 100, 1, 2), Interval(2, 100, 2, 3)]
+    p = plan(chain)
+    assert p.lower_bound == 2 * 112
+    assert p.pool_bytes == p.lower_bound
+    assert p.offset_of(0) == p.offset_of(2) != p.offset_of(1)
+
+
+def test_planner_never_overlaps_live_tensors():
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        items = []
+        for t in range(int(rng.integers(1, 12))):
+            first = int(rng.integers(0, 10))
+            items.append(Interval(t, int(rng.integers(1, 5000)), first,
+                                  first + int(rng.integers(0, 5))))
+        p = plan(items)
+        assert p.pool_bytes >= lower_bound(items) == p.lower_bound
+        for a in p.placements:
+            assert a.offset % 16 == 0
+            for b in p.placements:
+                if a.tensor < b.tensor and a.first <= b.last and b.first <= a.last:
+                    assert a.offset + a.size <= b.offset or b.offset + b.size <= a.offset
+
+
+def test_planner_empty():
+    p = plan([])
+    assert p.pool_bytes == p.lower_bound == 0
+
+
+# ---- mnist-8 (ONNX, float) ----------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board", BOARDS)
+def test_mnist_digits_match_tvm_llvm(board, tmp_path_factory):
+    images = [digit(2), digit(9)]
+    report = _run(MNIST / "mnist-8.onnx", board, [{"Input3": x} for x in images],
+                  tmp_path_factory)
+    got = [o["Plus214_Output_0"] for o in report.outputs]
+    assert [int(np.argmax(g)) for g in got] == [2, 9]
+    for g, want in zip(got, tvm_llvm_outputs(MNIST / "mnist-8.onnx", images), strict=True):
+        assert g.shape == want.shape == (1, 10)
+        scale = max(1.0, float(np.max(np.abs(want))))
+        assert float(np.max(np.abs(g - want))) <= 1e-4 * scale
+
+
+def test_export_is_deterministic(tmp_path):
+    a, b = tmp_path / "a.tar", tmp_path / "b.tar"
+    export_model(MNIST / "mnist-8.onnx", a)
+    export_model(MNIST / "mnist-8.onnx", b)
+    assert a.read_bytes() == b.read_bytes()
+    with tarfile.open(a) as tar:
+        names = tar.getnames()
+        assert all(m.mtime == 0 and m.uid == 0 for m in tar.getmembers())
+        meta = json.load(tar.extractfile("./metadata.json"))
+    assert {"./metadata.json", "./codegen/host/include/tvmgen_default.h",
+            "./codegen/host/src/default_lib0.c", "./codegen/host/src/default_lib1.c",
+            "./codegen/host/src/default_lib2.c", "./src/default.relax"} <= set(names)
+    module = meta["modules"]["default"]
+    assert meta["version"] == 8
+    assert module["abi"]["name"] == "mtvg-aot-c"
+    assert module["inputs"] == [{"name": "Input3", "c_name": "Input3", "dtype": "float32",
+                                 "shape": [1, 1, 28, 28], "size": 3136}]
+    assert module["outputs"][0]["shape"] == [1, 10]
+
+
+def test_archive_reads_back_and_keeps_v7_interface(tmp_path, capsys):
+    dest = tmp_path / "m.tar"
+    assert main(["export", str(MNIST / "mnist-8.onnx"), "-o", str(dest)]) == 0
+    assert "lower bound" in capsys.readouterr().out
+    module = read_mlf(dest).module()
+    assert (module.executor, module.entry, module.abi) == ("aot", "c", "mtvg-aot-c")
+    assert module.inputs[0].shape == (1, 1, 28, 28)
+    assert module.plan is not None and module.plan.pool_bytes == module.workspace_size_bytes
+    with tarfile.open(dest) as tar:
+        header = tar.extractfile("./codegen/host/include/tvmgen_default.h").read().decode()
+        kernels = tar.extractfile("./codegen/host/src/default_lib0.c").read().decode()
+    # Code written against TVM's C interface keeps compiling: same struct and macro names.
+    assert "struct tvmgen_default_inputs {\n  void* Input3;\n};" in header
+    assert "#define TVMGEN_DEFAULT_PLUS214_OUTPUT_0_SIZE 40" in header
+    assert "int32_t tvmgen_default_run(struct tvmgen_default_inputs* inputs, " \
+           "struct tvmgen_default_outputs* outputs);" in header
+    # Kernels are plain C functions, no packed-API argument checking.
+    assert "TVMFFIAny" not in kernels and "TVM_DLL void tvmgen_default_" in kernels
+    assert main(["info", str(dest)]) == 0
+    assert "plan    activations" in capsys.readouterr().out
+    assert main(["export", str(MNIST / "mnist-8.onnx"), "-o", str(dest)]) == 2
+    assert "exists" in capsys.readouterr().err
+
+
+# ---- hello_world (TFLite, float and int8) against TFLM ------------------------------------
+
+def _hello_inputs(kind: str) -> list[np.ndarray]:
+    xs = np.linspace(0.0, 2 * np.pi, 20, dtype=np.float32)
+    if kind == "float":
+        return [np.array([[x]], dtype=np.float32) for x in xs]
+    scale, zero = 0.024480116, -128  # the model's input quantization (SOURCE.md)
+    q = np.clip(np.round(xs / scale) + zero, -128, 127).astype(np.int8)
+    return [np.array([[v]], dtype=np.int8) for v in q]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board", BOARDS)
+@pytest.mark.parametrize("kind", ["float", "int8"])
+def test_hello_world_matches_tflite_micro(kind, board, tmp_path_factory):
+    model = HELLO[kind]
+    xs = _hello_inputs(kind)
+    name = "serving_default_dense_input:0"
+    report = _run(model, board, [{name: x} for x in xs], tmp_path_factory)
+    got = [o["StatefulPartitionedCall:0"] for o in report.outputs]
+    want = tflm_outputs(model, xs)
+    assert len(got) == len(want) == 20
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if kind == "float":
+            assert float(np.max(np.abs(g - w))) <= 1e-5
+        else:
+            assert int(np.max(np.abs(g.astype(np.int32) - w.astype(np.int32)))) <= 1
+
+
+# ---- MLPerf Tiny keyword spotting (TFLite, int8) ------------------------------------------
+
+# Samples where TVM 0.27's own lowering of this int8 model (dequantize → float operator →
+# quantize, its TFLite frontend) lands more than 1 away from TFLite Micro's integer kernels.
+# Our firmware is byte-identical to TVM's llvm build on all 25, so this is the frontend's
+# arithmetic, not ours; the integer rewrite that removes it is the quantization issue's job.
+KWS_TVM_DIVERGES_FROM_TFLM = {9, 11, 14, 15, 17, 18}  # |diff| 25, 41, 3, 21, 6, 10
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_kws_top1_on_qemu_and_equal_to_tvm_llvm(tmp_path_factory):
+    data = shared_path("models", "mlperftiny_kws", "testdata_etiss")
+    expected = json.loads((data / "expected.json").read_text())["expected_top1"]
+    xs = [np.fromfile(data / f"input_{i:02d}.int8.bin", dtype=np.int8).reshape(1, 49, 10, 1)
+          for i in range(len(expected))]
+    report = _run(KWS, "qemu-mps2-an385", [{"input_1": x} for x in xs], tmp_path_factory)
+    got = [o["Identity"] for o in report.outputs]
+    assert [int(np.argmax(g)) for g in got] == expected  # 25/25
+    for g, want in zip(got, tvm_llvm_outputs(KWS, xs), strict=True):
+        assert g.tobytes() == want.tobytes()
+    far = {i for i, (g, w) in enumerate(zip(got, tflm_outputs(KWS, xs), strict=True))
+           if int(np.max(np.abs(g.astype(np.int32) - w.astype(np.int32)))) > 1}
+    assert far == KWS_TVM_DIVERGES_FROM_TFLM
+
+
+# ---- the plan against the lower bound, for every model above ------------------------------
+
+@pytest.mark.parametrize("model", [MNIST / "mnist-8.onnx", HELLO["float"], HELLO["int8"], KWS],
+                         ids=lambda p: p.stem)
+def test_plan_within_ten_percent_of_lower_bound(model, tmp_path_factory):
+    result = _export(model, tmp_path_factory)
+    print(f"{model.stem}: planned {result.plan.pool_bytes} B, "
+          f"lower bound {result.plan.lower_bound} B ({result.plan.ratio:.2f}x)")
+    assert 0 < result.plan.lower_bound <= result.plan.pool_bytes
+    assert result.plan.pool_bytes <= MAX_PLAN_RATIO * result.plan.lower_bound
+
+
+# ---- refusals -----------------------------------------------------------------------------
+
+def test_unimportable_model_is_one_line_naming_the_operator(tmp_path, capsys):
+    model = shared_path("models", "magic_wand", "magic_wand.tflite")
+    dest = tmp_path / "mw.tar"
+    assert main(["export", str(model), "-o", str(dest)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith("microtvm-gen: importing")
+    assert "error:" in err[1] and "operator FULLY_CONNECTED" in err[1]
+    assert "Traceback" not in err[1]
+    assert not dest.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["export", "nope.onnx", "-o", "{tmp}/a.tar"], "no such file"),
+    (["export", "{repo}/README.md", "-o", "{tmp}/a.tar"], "unknown model type"),
+    (["export", "{mnist}", "-o", "{tmp}/a.tar", "--input-shape", "Input3=1,x"], "expected NAME"),
+    (["export", "{mnist}", "-o", "{tmp}/a.tar", "--input-shape", "nope=1,2"],
+     "the model's inputs are Input3"),
+    (["export", "{mnist}", "-o", "{tmp}/a.tar", "--module", "1bad"], "not a C identifier"),
+])
+def test_bad_export_arguments(argv, message, tmp_path, capsys):
+    subst = {"tmp": str(tmp_path), "repo": str(REPO), "mnist": str(MNIST / "mnist-8.onnx")}
+    assert main([a.format(**subst) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_not_a_model_file(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00not onnx")
+    with pytest.raises(ExportError, match="not a readable ONNX model"):
+        export_model(bad, tmp_path / "out.tar")
+    assert not (tmp_path / "out.tar").exists()
+
+
+def test_v8_archive_without_shapes_is_refused(tmp_path, tmp_path_factory):
+    good = _export(MNIST / "mnist-8.onnx", tmp_path_factory).path
+    out = tmp_path / "bad.tar"
+    with tarfile.open(good) as src, tarfile.open(out, "w") as dst:
+        for member in src.getmembers():
+            data = src.extractfile(member).read() if member.isfile() else None
+            if member.name == "./metadata.json":
+                meta = json.loads(data)
+                del meta["modules"]["default"]["inputs"][0]["shape"]
+                data = json.dumps(meta).encode()
+                member.size = len(data)
+            dst.addfile(member, io.BytesIO(data) if data is not None else None)
+    with pytest.raises(MlfError, match="no valid shape for 'Input3'"):
+        read_mlf(out)
