@@ -34,10 +34,11 @@ MODEL_FILES = {
     "hello_world (f32)": MODELS / "hello_world" / "hello_world_float.tflite",
     "hello_world (int8)": MODELS / "hello_world" / "hello_world_int8.tflite",
     "mlperftiny_kws (int8)": MODELS / "mlperftiny_kws" / "kws_ref_model.tflite",
+    "magic_wand (f32)": MODELS / "magic_wand" / "magic_wand.tflite",
 }
 # ../shared/docs/tflm-baseline.md: TFLite Micro's smallest arena on a 32-bit ARM build.
 TFLM_ARENA = {"hello_world (f32)": 1068, "hello_world (int8)": 1068,
-              "mlperftiny_kws (int8)": 22772}
+              "mlperftiny_kws (int8)": 22772, "magic_wand (f32)": 15156}
 
 
 def empty_model():

@@ -103,7 +103,47 @@ def _import_tflite(path: Path, shapes: dict[str, tuple[int, ...]]):
         raise ExportError(f"{path}: --input-shape names {', '.join(unknown)}, but the model's "
                           f"inputs are {', '.join(names)}")
     shape_dict = {n: list(s) for n, s in shapes.items()} or None
-    return from_tflite(model, shape_dict=shape_dict), outputs
+    with _fully_connected_flattens_input():
+        return from_tflite(model, shape_dict=shape_dict), outputs
+
+
+@contextlib.contextmanager
+def _fully_connected_flattens_input() -> Iterator[None]:
+    """TFLite's FULLY_CONNECTED flattens its input to [-1, n_inputs] (TFLite's reference
+    kernel does); TVM 0.27's converter passes a 4-D input straight to matmul and fails
+    (magic_wand, micro_speech). For the duration of an import, the converter sees such an
+    input already reshaped."""
+    from tvm import relax
+    from tvm.relax.frontend.tflite import tflite_frontend
+
+    converter = tflite_frontend.OperatorConverter
+    original = converter.convert_fully_connected
+
+    def convert(self, op):
+        tensors = self.get_input_tensors(op)
+        n_inputs = int(self.get_tensor_shape(tensors[1])[1])
+        in_shape = [int(d) for d in self.get_tensor_shape(tensors[0])]
+        if len(in_shape) <= 2 or in_shape[-1] == n_inputs:
+            return original(self, op)
+        own_get = self.get_tensor_expr
+
+        def get_tensor_expr(tensor, *args, **kwargs):
+            expr = own_get(tensor, *args, **kwargs)
+            if tensor.tensor_idx == tensors[0].tensor_idx:
+                expr = relax.op.reshape(expr, (-1, n_inputs))
+            return expr
+
+        self.get_tensor_expr = get_tensor_expr
+        try:
+            return original(self, op)
+        finally:
+            del self.get_tensor_expr
+
+    converter.convert_fully_connected = convert
+    try:
+        yield
+    finally:
+        converter.convert_fully_connected = original
 
 
 @contextlib.contextmanager
