@@ -127,16 +127,27 @@ class PlanSummary:
         return self.pool_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 1.0
 
 
+@dataclass(frozen=True)
+class OperatorInfo:
+    """One operator of an operator-style archive: a packed entry the host calls by name."""
+
+    name: str  # registry name
+    symbol: str  # the plain C kernel it calls
+    args: tuple[TensorInfo, ...]  # one tensor per kernel parameter, in order
+    outputs: int | None  # how many trailing arguments the kernel writes, when known
+
+
 @dataclass
 class ModuleInfo:
     """One module of the archive (TVM ≥0.9 archives may hold several)."""
 
     name: str
-    executor: str  # "aot" | "graph"
+    executor: str  # "aot" | "graph" | "operator" (operator-style archives: no executor)
     interface: str  # "c" (tvmgen_<mod>.h present) | "packed"
     # How the firmware calls the model: "c" (tvmgen_<mod>_run with structs),
     # "c-run-model" (the archive lacks tvmgen_<mod>_run; we call tvmgen_<mod>_run_model),
-    # "packed" (tvmgen_<mod>_run with TVMValue/DLTensor arguments), "graph" (graph executor).
+    # "packed" (tvmgen_<mod>_run with TVMValue/DLTensor arguments), "graph" (graph executor),
+    # "system-lib" (operator archives: each operator by name through TVMSystemLibEntryPoint).
     entry: str
     targets: list[str]
     inputs: list[TensorInfo]
@@ -165,6 +176,8 @@ class ModuleInfo:
     # MLF v8 (our exporter): the ABI of the generated code and its static memory plan.
     abi: str | None = None
     plan: PlanSummary | None = None
+    # Operator-style archives: the operators, in registry order.
+    operators: list[OperatorInfo] = field(default_factory=list)
 
     @property
     def mangled(self) -> str:

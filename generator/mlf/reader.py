@@ -22,6 +22,7 @@ from generator.mlf.model import (
     MlfArchive,
     ModuleInfo,
     ObjectFile,
+    OperatorInfo,
     ParamTensor,
     PlanSummary,
     Pool,
@@ -34,7 +35,10 @@ from generator.mlf.params import load_params
 
 SUPPORTED_VERSIONS = (5, 6, 7, 8)
 NEWEST_KNOWN_VERSION = 8
-V8_ABIS = ("mtvg-aot-c",)  # generator/export/mlf_writer.py ABI_NAME
+# generator/export/mlf_writer.py ABI_NAME and OPERATOR_ABI_NAME, and the style of archive
+# each belongs to.
+V8_ABI_STYLES = {"mtvg-aot-c": "full-model", "mtvg-operators-packed": "operator"}
+V8_ABIS = tuple(V8_ABI_STYLES)
 _LANGUAGES = {"c": "c", "cc": "c++", "cpp": "c++"}
 # Names TVM's frontends give to bound parameters in Relay text (`%v_param_3`, `%p0`).
 _PARAM_NAME_RE = re.compile(r"^(v?_?param_\d+|p\d+)$")
@@ -68,17 +72,19 @@ def load_mlf(path: Path) -> tuple[MlfArchive, ArchiveFiles]:
     if version not in SUPPORTED_VERSIONS:
         raise MlfError(f"{path}: MLF version {version} is not supported (this tool reads "
                        f"versions {_versions_text()}: TVM 0.8 to 0.18 and microtvm-gen)")
-    style = meta.get("style", "full-model")
-    if style != "full-model":
-        raise UnsupportedModelError(f"{path}: '{style}'-style archives are not supported yet; "
-                                    "only full-model archives from relay.build")
+    style = _archive_style(meta, version, path)
     if version >= 7:
         entries = meta.get("modules")
         if not isinstance(entries, dict) or not entries:
             raise MlfError(f"{path}: version {version} metadata.json has no 'modules' object")
     else:
         entries = {meta.get("model_name", "default"): meta}
-    modules = [_read_module(files, version, str(name), info) for name, info in entries.items()]
+    if style == "operator":
+        modules = [_read_operator_module(files, str(name), info)
+                   for name, info in entries.items()]
+    else:
+        modules = [_read_module(files, version, str(name), info)
+                   for name, info in entries.items()]
     digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
     return MlfArchive(
         origin=str(path),
@@ -89,6 +95,32 @@ def load_mlf(path: Path) -> tuple[MlfArchive, ArchiveFiles]:
         modules=modules,
         member_names=files.names,
     ), files
+
+
+def _archive_style(meta: dict, version: int, path: Path) -> str:
+    """"full-model" or "operator". TVM ≤0.18 writes the style at the top level; version 8
+    writes it in each module, and an archive's modules must agree."""
+    style = meta.get("style", "full-model")
+    entries = meta.get("modules")
+    if version >= 8 and isinstance(entries, dict):
+        styles = {info.get("style", "full-model") for info in entries.values()
+                  if isinstance(info, dict)}
+        if len(styles) > 1:
+            raise MlfError(f"{path}: modules of different styles ({', '.join(sorted(styles))}) "
+                           "in one archive")
+        if styles:
+            module_style = styles.pop()
+            if "style" in meta and meta["style"] != module_style:
+                raise MlfError(f"{path}: metadata.json says style '{meta['style']}' at the top "
+                               f"and '{module_style}' in its modules")
+            style = module_style
+    if style == "operator" and version >= 8:
+        return style
+    if style != "full-model":
+        raise UnsupportedModelError(f"{path}: '{style}'-style archives are not supported; "
+                                    "only full-model archives (relay.build or microtvm-gen "
+                                    "export) and version 8 operator archives from microtvm-gen")
+    return style
 
 
 def _versions_text() -> str:
@@ -172,7 +204,7 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
         outputs = _resolve_outputs(where, name, main, header, relay, inputs)
     abi, plan = None, None
     if version >= 8:
-        abi, plan = _v8_abi_and_plan(info, where)
+        abi, plan = _v8_abi_and_plan(info, where, "full-model")
         inputs = _v8_shapes(info.get("inputs"), inputs, where + " inputs")
         outputs = _v8_shapes(info.get("outputs"), outputs, where + " outputs")
 
@@ -236,13 +268,16 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
     )
 
 
-def _v8_abi_and_plan(info: dict, where: str) -> tuple[str, PlanSummary | None]:
+def _v8_abi_and_plan(info: dict, where: str, style: str) -> tuple[str, PlanSummary | None]:
     abi = info.get("abi")
     if not isinstance(abi, dict) or not isinstance(abi.get("name"), str):
         raise MlfError(f"{where}: version 8 metadata has no 'abi' object with a 'name'")
     if abi["name"] not in V8_ABIS:
         raise UnsupportedModelError(f"{where}: generated code ABI '{abi['name']}' is not one "
                                     f"this tool can call ({', '.join(V8_ABIS)})")
+    if V8_ABI_STYLES[abi["name"]] != style:
+        raise MlfError(f"{where}: ABI '{abi['name']}' belongs to {V8_ABI_STYLES[abi['name']]} "
+                       f"archives, but the module is {style}")
     plan = None
     for pool in info.get("pools") or []:
         if isinstance(pool, dict) and pool.get("kind") == "workspace" \
@@ -251,6 +286,104 @@ def _v8_abi_and_plan(info: dict, where: str) -> tuple[str, PlanSummary | None]:
             plan = PlanSummary(pool["size_bytes"], pool["lower_bound_bytes"],
                                len(pool.get("tensors") or []))
     return abi["name"], plan
+
+
+def _read_operator_module(files: ArchiveFiles, name: str, info: object) -> ModuleInfo:
+    """A module of a version 8 operator-style archive (generator/export/operators.py)."""
+    where = f"{files.origin}: module '{name}'"
+    if not isinstance(info, dict):
+        raise MlfError(f"{where}: metadata is not an object")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise MlfError(f"{where}: module name is not a C identifier")
+    if _field(info, "executors", list, where):
+        raise MlfError(f"{where}: an operator archive has no executor, but metadata lists "
+                       f"{info['executors']!r}")
+    abi, _ = _v8_abi_and_plan(info, where, "operator")
+    targets_raw = info.get("target", [])
+    targets = list(targets_raw.values()) if isinstance(targets_raw, dict) else list(targets_raw)
+    memory = _field(info, "memory", dict, where)
+    functions = _field(memory, "functions", dict, where + " memory")
+
+    srcs = []
+    for n in files.under("codegen/host/src/"):
+        if _module_file(n, name, 8):
+            ext = n.rsplit(".", 1)[-1]
+            if _LANGUAGES.get(ext) != "c":
+                raise MlfError(f"{where}: unexpected source file '{n}'")
+            srcs.append(SourceFile(n, "c"))
+    objs = [ObjectFile(n, sources.elf_arch(files.data[n]))
+            for n in files.under("codegen/host/lib/") if _module_file(n, name, 8)]
+    c_text = "\n".join(files.text(s.path) for s in srcs)
+    registry = sources.system_library_functions(c_text)
+    if registry is None:
+        raise MlfError(f"{where}: the sources have no system library (a TVMFuncRegistry and "
+                       "TVMSystemLibEntryPoint); the operators cannot be called by name")
+
+    operators = [_operator(op, f"{where} operator #{i}")
+                 for i, op in enumerate(_field(info, "operators", list, where))]
+    listed = [op.name for op in operators]
+    if listed != registry:
+        raise MlfError(f"{where}: metadata lists operators {', '.join(listed) or 'none'} but "
+                       f"the registry holds {', '.join(registry) or 'none'}")
+    defs = sources.function_definitions(c_text)
+    for op in operators:
+        entry = defs.get(op.name)
+        if entry is None or len(entry.params) != 6:
+            raise MlfError(f"{where}: the registry lists '{op.name}', but the sources define "
+                           "no packed function of that name")
+    op_workspaces = [_operator_workspace(f) for f in functions.get("operator_functions") or []]
+    largest = max(op_workspaces, default=0)
+    return ModuleInfo(
+        name=name,
+        executor="operator",
+        interface="packed",
+        entry="system-lib",
+        targets=[str(t) for t in targets],
+        inputs=[],
+        outputs=[],
+        workspace_size_bytes=largest,  # the host calls one operator at a time
+        constants_size_bytes=0,
+        io_size_bytes=0,
+        sources=srcs,
+        objects=objs,
+        workspace_call_sites=sources.count_calls(c_text, "TVMBackendAllocWorkspace"),
+        unsupported_calls=[c for c in sources.UNSUPPORTED_CALLS
+                           if sources.count_calls(c_text, c)],
+        operator_workspace_bytes=largest,
+        registry=registry,
+        abi=abi,
+        operators=operators,
+    )
+
+
+def _operator(item: object, where: str) -> OperatorInfo:
+    if not isinstance(item, dict):
+        raise MlfError(f"{where}: not an object")
+    name = _field(item, "name", str, where)
+    symbol = _field(item, "symbol", str, where)
+    args = []
+    for j, arg in enumerate(_field(item, "args", list, where)):
+        at = f"{where} ('{name}') argument {j}"
+        if not isinstance(arg, dict):
+            raise MlfError(f"{at}: not an object")
+        arg_name = _field(arg, "name", str, at)
+        dtype = _field(arg, "dtype", str, at)
+        shape = _field(arg, "shape", list, at)
+        size = arg.get("size")
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise MlfError(f"{at}: shape {shape!r} is not a list of sizes")
+        try:
+            bits = dtype_bits(dtype)
+        except ValueError:
+            raise MlfError(f"{at}: unknown dtype '{dtype}'") from None
+        if size != _product(shape) * bits // 8:
+            raise MlfError(f"{at}: size {size!r} does not match {dtype}{shape}")
+        args.append(TensorInfo(arg_name, dtype, size, tuple(shape), "metadata"))
+    outputs = item.get("outputs")
+    if outputs is not None and (not isinstance(outputs, int) or isinstance(outputs, bool)
+                                or not 0 <= outputs <= len(args)):
+        raise MlfError(f"{where} ('{name}'): 'outputs' must be null or a count of arguments")
+    return OperatorInfo(name, symbol, tuple(args), outputs)
 
 
 def _v8_shapes(listed: object, tensors: list[TensorInfo], where: str) -> list[TensorInfo]:

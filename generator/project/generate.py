@@ -75,6 +75,11 @@ def tvm_include_dirs() -> list[str]:
 
 def check_buildable(module: ModuleInfo, board: Board, origin: str) -> None:
     """Refuse, with one clear reason, an archive this board cannot run."""
+    if module.executor == "operator":
+        raise UnsupportedModelError(
+            f"{origin}: operator-style archives are for host-driven mode (each operator called "
+            "by name with tensors from the host); they hold no model to run as firmware",
+            hint="export the whole model to generate a firmware project from it")
     foreign = [o for o in module.objects if o.arch != board.arch]
     if foreign:
         arches = ", ".join(sorted({o.arch for o in foreign}))
