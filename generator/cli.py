@@ -97,6 +97,9 @@ class Info(Command):
             for p in m.pools:
                 where = "declared by the model" if p.internal else "provided by the app"
                 print(f"  pool    {p.name}: {_fmt_bytes(p.size_bytes)} ({p.kind}, {where})")
+            for op in m.operators:
+                args = ", ".join(f"{t.dtype}{list(t.effective_shape())}" for t in op.args)
+                print(f"  op      {op.name}({args})")
             for s in m.sources:
                 print(f"  source  {s.path}")
             for o in m.objects:
@@ -152,12 +155,18 @@ class Export(Command):
         if args.style == "operator":
             from generator.export.operators import export_model_operators
 
-            result = export_model_operators(args.model, args.output, shapes)
-            data = result.to_json() if hasattr(result, "to_json") else {"archive": str(args.output)}
+            result = export_model_operators(args.model, args.output, shapes, module=args.module)
             if args.json:
-                self.emit_json(data)
-            else:
-                print(f"exported {args.output} (operator style)")
+                self.emit_json({"archive": str(result.path), "module": result.module,
+                                "mlf_version": 8, "style": "operator",
+                                "operators": [op.name for op in result.operators],
+                                "seconds": round(result.seconds, 3), "notes": result.notes})
+                return EXIT_OK
+            print(f"exported {result.path}: module '{result.module}', operator style, "
+                  f"{len(result.operators)} operators callable by name, "
+                  f"{result.seconds:.1f} s")
+            for note in result.notes:
+                print(f"  note    {note}")
             return EXIT_OK
         from generator.export import export_model
 

@@ -18,6 +18,7 @@ from generator.export.schedule import shrink_intermediates
 
 # Name prefix of every symbol the archive defines, as TVM's C interface did.
 SYMBOL_PREFIX = "tvmgen_{mod}_"
+PLAIN_C_PIPELINE = "mtvg-plain-c"  # tvm.tirx.build pipeline registered by _register_pipeline
 
 
 @dataclass
@@ -100,7 +101,7 @@ def lower(mod, module_name: str = "default") -> Lowered:
         with tvm.transform.PassContext(opt_level=3), quiet_native_stderr():
             fused = relax_pipeline()(mod)
     except Exception as exc:
-        raise ExportError(f"TVM could not legalize and fuse the model: {_last_line(exc)}") \
+        raise ExportError(f"TVM could not legalize and fuse the model: {last_line(exc)}") \
             from exc
     program = _read_main(fused)
     used = sorted({c.kernel for c in program.calls})
@@ -114,7 +115,7 @@ def lower(mod, module_name: str = "default") -> Lowered:
     return Lowered(program, c_source, prototypes, relax_text)
 
 
-def _last_line(exc: BaseException) -> str:
+def last_line(exc: BaseException) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     return lines[-1] if lines else type(exc).__name__
 
@@ -259,28 +260,66 @@ def _plain_c_signature(func, symbol: str):
 
 
 def _compile_kernels(mod, names: list[str], prefix: str) -> str:
+    return compile_plain_kernels({name: mod[name] for name in names}, prefix)[0]
+
+
+def _register_pipeline() -> None:
+    """`tvm.tirx.build`'s default pipeline, then device attributes on the plain kernels.
+
+    MakePackedAPI, which the plain kernels skip, is what normally tells LowerTVMBuiltin the
+    device of the function's workspace allocations; without it a kernel with an intermediate
+    too large for the stack does not compile. The attributes say: CPU, device 0.
+    """
+    import tvm
+    from tvm import tirx
+    from tvm.tirx.compilation_pipeline import PIPELINE_MAP
+
+    if PLAIN_C_PIPELINE in PIPELINE_MAP:
+        return
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="MtvgPlainDeviceAttrs")
+    def device_attrs(func, _mod, _ctx):
+        if func.attrs is None or int(func.attrs.get("calling_conv", 0)) != 1:
+            return func
+        where = tvm.ir.StringImm("default")
+        body = tirx.AttrStmt(where, "device_type", tirx.const(1, "int32"), func.body)
+        body = tirx.AttrStmt(where, "device_id", tirx.const(0, "int32"), body)
+        return func.with_body(body)
+
+    def factory():
+        pipeline, host_passes, device_passes = tirx.get_tir_pipeline("default")
+        return tvm.transform.Sequential([pipeline, device_attrs]), host_passes, device_passes
+
+    tirx.register_tir_pipeline(PLAIN_C_PIPELINE, factory)
+
+
+def compile_plain_kernels(funcs: dict, prefix: str, shrink: bool = True) -> tuple[str, str]:
+    """TVM's C source of `funcs` (name → PrimFunc) as plain C functions `<prefix><name>`,
+    and the TVMScript of the lowered kernels."""
     import tvm
 
     kernels = {}
-    for name in names:
-        func = mod[name]
-        try:
-            func = shrink_intermediates(func)
-        except Exception:  # a schedule TVM refuses halfway: keep the legalized kernel
-            func = mod[name]
+    for name, func in funcs.items():
+        if shrink:
+            try:
+                func = shrink_intermediates(func)
+            except Exception:  # a schedule TVM refuses halfway: keep the kernel as it is
+                func = funcs[name]
         kernels[prefix + name] = func.with_attr("global_symbol", prefix + name)
     try:
         flat = _pre_lowering()(tvm.IRModule(kernels))
         plain = {gv.name_hint: _plain_c_signature(f, gv.name_hint)
                  for gv, f in flat.functions.items()}
+        tir_text = tvm.IRModule(plain).script()
         if len(plain) == 1:
             # With a single function TVM's codegen adds an FFI entry wrapper that calls it
-            # with the packed arguments; a second, unused kernel keeps it away.
-            plain[prefix + "unused"] = _empty_kernel(prefix + "unused")
-        lib = tvm.tirx.build(tvm.IRModule(plain), target="c")
+            # with packed arguments; a second, unused kernel keeps it away.
+            plain[prefix + "_unused"] = _empty_kernel(prefix + "_unused")
+        _register_pipeline()
+        lib = tvm.tirx.build(tvm.IRModule(plain), target="c", pipeline=PLAIN_C_PIPELINE)
     except Exception as exc:
-        raise ExportError(f"TVM could not compile the kernels to C: {_last_line(exc)}") from exc
-    return lib.inspect_source()
+        raise ExportError(f"TVM could not compile the kernels to C: {last_line(exc)}") from exc
+    return lib.inspect_source(), tir_text
 
 
 def _empty_kernel(symbol: str):
