@@ -6,11 +6,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from generator import __version__
 from generator.errors import ExportError
 from generator.export import ccode, frontend
 from generator.export.lower import lower
-from generator.export.mlf_writer import ABI_NAME, MLF_VERSION, metadata_json, write_archive
+from generator.export.mlf_writer import (
+    ABI_NAME,
+    MLF_VERSION,
+    metadata_json,
+    module_metadata,
+    write_archive,
+)
 from generator.export.planner import Plan
 
 TARGET = "c -keys=cpu"
@@ -81,7 +86,6 @@ def _tensor_meta(t: ccode.IoTensor) -> dict:
 
 
 def _metadata(module: str, lowered, code: ccode.AotCode, origin: str) -> dict:
-    import tvm
 
     program = lowered.program
     memory_plan = code.plan
@@ -99,12 +103,7 @@ def _metadata(module: str, lowered, code: ccode.AotCode, origin: str) -> dict:
         "version": MLF_VERSION,
         "modules": {
             module: {
-                "model_name": module,
-                "style": "full-model",
-                "executors": ["aot"],
-                "target": [TARGET],
-                "generator": {"name": "microtvm-gen", "version": __version__,
-                              "tvm_version": tvm.__version__, "source": origin},
+                **module_metadata(module, "full-model", ["aot"], TARGET, origin),
                 "abi": {
                     "name": ABI_NAME,
                     "interface": "c",

@@ -120,7 +120,7 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
         lines.append(f"  {prefix}{call.kernel}({args});")
     copied = []
     for tid, out in zip(program.outputs, outputs, strict=True):
-        if where(tid) != f"outputs->{out.c_name}":
+        if in_place.get(program.root(tid)) != out.c_name:
             lines.append(f"  memcpy(outputs->{out.c_name}, {where(tid)}, {out.size_bytes}u);")
             copied.append(out.name)
 

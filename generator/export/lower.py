@@ -15,6 +15,7 @@ import numpy as np
 
 from generator.errors import ExportError
 from generator.export.schedule import shrink_intermediates
+from generator.mlf.model import ShapedTensor
 
 # Name prefix of every symbol the archive defines, as TVM's C interface did.
 SYMBOL_PREFIX = "tvmgen_{mod}_"
@@ -35,10 +36,7 @@ class Tensor:
 
     @property
     def nbytes(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n * np.dtype(self.dtype if self.dtype != "bool" else "uint8").itemsize
+        return ShapedTensor(self.name, self.shape, self.dtype).size_bytes
 
 
 @dataclass
@@ -106,7 +104,7 @@ def lower(mod, module_name: str = "default") -> Lowered:
     program = _read_main(fused)
     used = sorted({c.kernel for c in program.calls})
     prefix = SYMBOL_PREFIX.format(mod=module_name)
-    c_source = _compile_kernels(fused, used, prefix)
+    c_source, _ = compile_plain_kernels({name: fused[name] for name in used}, prefix)
     prototypes = {name[len(prefix):]: params for name, params in
                   re.findall(r"TVM_DLL void (\w+)\(([^)]*)\);", c_source)}
     missing = [k for k in used if k not in prototypes]
@@ -189,9 +187,7 @@ class _MainReader:
         if name in ("relax.reshape", "relax.memory.view"):
             src = self.value(call.args[0])
             shape, dtype = _static_shape(call.ty, name)
-            return self.new(shape, dtype, self.tensors[src].kind
-                            if self.tensors[src].kind != "activation" else "activation",
-                            base=src)
+            return self.new(shape, dtype, self.tensors[src].kind, base=src)
         raise ExportError(f"main: operator '{name or op}' was not lowered to TIR "
                           "(TVM 0.27 has no legalization for it)")
 
@@ -257,10 +253,6 @@ def _plain_c_signature(func, symbol: str):
     body = tirx.SeqStmt([*decls, func.body])
     plain = tirx.PrimFunc(pointers, body, func.ret_type, func.attrs)
     return plain.with_attr("global_symbol", symbol).with_attr("calling_conv", 1)
-
-
-def _compile_kernels(mod, names: list[str], prefix: str) -> str:
-    return compile_plain_kernels({name: mod[name] for name in names}, prefix)[0]
 
 
 def _register_pipeline() -> None:

@@ -52,5 +52,17 @@ def _info(name: str, size: int, kind: bytes, mode: int) -> tarfile.TarInfo:
     return info
 
 
+def module_metadata(module: str, style: str, executors: list[str], target: str,
+                    origin: str) -> dict:
+    """The keys every v8 module starts with: v7's, plus who wrote it from what."""
+    import tvm
+
+    from generator import __version__
+
+    return {"model_name": module, "style": style, "executors": executors, "target": [target],
+            "generator": {"name": "microtvm-gen", "version": __version__,
+                          "tvm_version": tvm.__version__, "source": origin}}
+
+
 def metadata_json(metadata: dict) -> bytes:
     return (json.dumps(metadata, indent=2, sort_keys=True) + "\n").encode()

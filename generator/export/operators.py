@@ -28,8 +28,10 @@ from generator.export.mlf_writer import (
     MLF_VERSION,
     OPERATOR_ABI_NAME,
     metadata_json,
+    module_metadata,
     write_archive,
 )
+from generator.mlf.model import ShapedTensor
 from generator.project.cdata import c_string_literal
 
 STYLE = "operator"
@@ -80,24 +82,8 @@ raise setjmp longjmp isnan isinf isfinite stdin stdout stderr environ
 _RESERVED_PREFIXES = ("tvm", "TVM", "mtvg", "kTVM", "kDL", "DL", "_")
 
 
-@dataclass(frozen=True)
-class OperatorArg:
-    """One tensor parameter of an operator: a static, compact buffer."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    @property
-    def size_bytes(self) -> int:
-        return self.numel * _DTYPES[self.dtype][1] // 8
+# One tensor parameter of an operator: a static, compact buffer.
+OperatorArg = ShapedTensor
 
 
 @dataclass
@@ -611,7 +597,6 @@ def _export(funcs: dict, outputs: dict[str, int], dest: Path, module: str, origi
 
 
 def _metadata(module: str, ops: list[Operator], origin: str) -> dict:
-    import tvm
 
     needs = ["TVMAPISetLastError"]
     if any(op.workspace_calls for op in ops):
@@ -621,12 +606,7 @@ def _metadata(module: str, ops: list[Operator], origin: str) -> dict:
         "version": MLF_VERSION,
         "modules": {
             module: {
-                "model_name": module,
-                "style": STYLE,
-                "executors": [],
-                "target": [TARGET],
-                "generator": {"name": "microtvm-gen", "version": __version__,
-                              "tvm_version": tvm.__version__, "source": origin},
+                **module_metadata(module, STYLE, [], TARGET, origin),
                 "abi": {
                     "name": OPERATOR_ABI_NAME,
                     "interface": "packed",

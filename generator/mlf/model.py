@@ -36,11 +36,15 @@ class ShapedTensor:
     dtype: str
 
     @property
-    def size_bytes(self) -> int:
+    def numel(self) -> int:
         n = 1
         for d in self.shape:
             n *= d
-        return (n * dtype_bits(self.dtype) + 7) // 8
+        return n
+
+    @property
+    def size_bytes(self) -> int:
+        return (self.numel * dtype_bits(self.dtype) + 7) // 8
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from generator.mlf.model import (
     ParamTensor,
     PlanSummary,
     Pool,
+    ShapedTensor,
     SourceFile,
     TensorInfo,
     c_identifier,
@@ -376,7 +377,7 @@ def _operator(item: object, where: str) -> OperatorInfo:
             bits = dtype_bits(dtype)
         except ValueError:
             raise MlfError(f"{at}: unknown dtype '{dtype}'") from None
-        if size != _product(shape) * bits // 8:
+        if size != ShapedTensor(arg_name, tuple(shape), dtype).numel * bits // 8:
             raise MlfError(f"{at}: size {size!r} does not match {dtype}{shape}")
         args.append(TensorInfo(arg_name, dtype, size, tuple(shape), "metadata"))
     outputs = item.get("outputs")
@@ -398,18 +399,11 @@ def _v8_shapes(listed: object, tensors: list[TensorInfo], where: str) -> list[Te
         if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
             raise MlfError(f"{where}: no valid shape for '{t.name}'")
         shaped = TensorInfo(t.name, t.dtype, t.size_bytes, tuple(shape), "metadata")
-        if (shaped.numel if shape else 1) != _product(shape):
+        if shaped.numel != ShapedTensor(t.name, tuple(shape), t.dtype).numel:
             raise MlfError(f"{where}: '{t.name}' shape {shape} does not match its "
                            f"{t.size_bytes} bytes of {t.dtype}")
         result.append(shaped)
     return result
-
-
-def _product(dims: list[int]) -> int:
-    n = 1
-    for d in dims:
-        n *= d
-    return n
 
 
 def _operator_workspace(func: object) -> int:
