@@ -105,12 +105,20 @@ def lower(mod, module_name: str = "default") -> Lowered:
     used = sorted({c.kernel for c in program.calls})
     prefix = SYMBOL_PREFIX.format(mod=module_name)
     c_source, _ = compile_plain_kernels({name: fused[name] for name in used}, prefix)
-    prototypes = {name[len(prefix):]: params for name, params in
-                  re.findall(r"TVM_DLL void (\w+)\(([^)]*)\);", c_source)}
+    prototypes = {name[len(prefix):]: params
+                  for name, params in kernel_prototypes(c_source).items()}
     missing = [k for k in used if k not in prototypes]
     if missing:
         raise ExportError(f"TVM's C codegen did not emit kernels {', '.join(missing)}")
     return Lowered(program, c_source, prototypes, relax_text)
+
+
+_PROTOTYPE_RE = re.compile(r"TVM_DLL void (\w+)\(([^)]*)\);")
+
+
+def kernel_prototypes(c_source: str) -> dict[str, str]:
+    """Symbol → parameter list text of each plain kernel TVM's C codegen declared."""
+    return dict(_PROTOTYPE_RE.findall(c_source))
 
 
 def last_line(exc: BaseException) -> str:

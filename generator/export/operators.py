@@ -21,6 +21,7 @@ from generator.export.api import TARGET
 from generator.export.lower import (
     SYMBOL_PREFIX,
     compile_plain_kernels,
+    kernel_prototypes,
     last_line,
     relax_pipeline,
 )
@@ -354,14 +355,13 @@ def _compile(funcs: dict, prefix: str, shrink: bool) -> tuple[str, str]:
         raise ExportError(str(exc).replace("kernels", "operators", 1)) from exc
 
 
-_PROTOTYPE_RE = re.compile(r"TVM_DLL void (\w+)\(([^)]*)\);")
 _PARAM_RE = re.compile(r"\s*(\w+)\s*\*\s*\w+\s*")
 _ALLOC_RE = re.compile(r"TVMBackendAllocWorkspace\(\s*1\s*,\s*0\s*,\s*\(uint64_t\)(\d+)U?L*\s*,")
 
 
 def _attach_c(ops: list[Operator], c_source: str) -> None:
     """Each operator's parameter types and workspace, from TVM's C source."""
-    prototypes = dict(_PROTOTYPE_RE.findall(c_source))
+    prototypes = kernel_prototypes(c_source)
     for op in ops:
         params = prototypes.get(op.symbol)
         if params is None:
