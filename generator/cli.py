@@ -228,20 +228,25 @@ class Generate(Command):
         parser.add_argument("--force", action="store_true",
                             help="replace the contents of an existing non-empty directory")
         parser.add_argument("--module", help="module to use when the archive holds several")
+        parser.add_argument("--project-type", choices=["standalone", "host-driven"],
+                            help="standalone: the firmware runs the model; host-driven: an "
+                                 "RPC server for 'serve' (default: host-driven for "
+                                 "operator-style archives, standalone otherwise)")
 
     def do_run(self, args):
         from generator.project.generate import generate
 
         project = generate(args.archive, args.board, args.output, force=args.force,
-                           module_name=args.module)
+                           module_name=args.module, project_type=args.project_type)
         if args.json:
             self.emit_json({"project": str(project.path), "board": project.board.name,
                             "module": project.module.name, "entry": project.module.entry,
+                            "project_type": project.project_type,
                             "arena_bytes": project.arena_bytes, "files": project.files})
         else:
             print(f"generated {project.path} for {project.board.name} "
                   f"({len(project.files)} files, module '{project.module.name}', "
-                  f"entry {project.module.entry})")
+                  f"{project.project_type}, entry {project.module.entry})")
         return EXIT_OK
 
 
@@ -355,7 +360,62 @@ class Run(Command):
         return EXIT_OK
 
 
-COMMANDS: list[Command] = [Export(), Info(), Boards(), Generate(), Build(), Run()]
+class Serve(Command):
+    name = "serve"
+    help = ("serve a host-driven project to stock tvm.rpc clients: start the device (or "
+            "attach to a board's serial port) and bridge it to a TCP RPC endpoint")
+
+    def do_add_parser(self, parser):
+        parser.add_argument("project", type=Path, help="host-driven project directory")
+        parser.add_argument("--host", default="127.0.0.1",
+                            help="address to listen on (default 127.0.0.1: this machine only)")
+        parser.add_argument("--port", type=int, default=9090,
+                            help="TCP port (default 9090; 0 picks a free one)")
+        parser.add_argument("--key", default="micro",
+                            help="RPC key announced to the tracker (default 'micro')")
+        parser.add_argument("--tracker", metavar="HOST:PORT",
+                            help="register with this RPC tracker (again after each session)")
+        parser.add_argument("--sessions", type=int, default=0, metavar="N",
+                            help="exit after N client sessions (default: serve until stopped)")
+        parser.add_argument("--serial", metavar="PORT",
+                            help="attach to a running board on this serial port instead of "
+                                 "starting the firmware")
+        parser.add_argument("--baud", type=int, default=115200, help="serial baud rate")
+        parser.add_argument("--timeout", type=float, default=60.0,
+                            help="seconds the device may take to answer one request")
+
+    def do_run(self, args):
+        from generator.rpc.serve import ServeOptions, serve
+        from generator.rpc.tracker import parse_tracker_address
+
+        if not 0 <= args.port <= 65535:
+            raise InputError(f"--port {args.port}: not a TCP port")
+        if args.sessions < 0 or args.timeout <= 0:
+            raise InputError("--sessions must be >= 0 and --timeout > 0")
+        options = ServeOptions(
+            host=args.host, port=args.port, key=args.key,
+            tracker=parse_tracker_address(args.tracker) if args.tracker else None,
+            sessions=args.sessions, serial_port=args.serial, baud=args.baud,
+            reply_timeout=args.timeout)
+
+        def announce(bridge) -> None:
+            if args.json:
+                print(json.dumps({"event": "listening", "host": bridge.host,
+                                  "port": bridge.port, "key": options.key}), flush=True)
+            else:
+                print(f"serving {args.project} on {bridge.host}:{bridge.port} "
+                      f"(key '{options.key}')", flush=True)
+
+        try:
+            served = serve(args.project, options, announce, progress=progress)
+        except OSError as exc:
+            raise InputError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
+        if args.json:
+            print(json.dumps({"event": "done", "sessions": served}), flush=True)
+        return EXIT_OK
+
+
+COMMANDS: list[Command] = [Export(), Info(), Boards(), Generate(), Build(), Run(), Serve()]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -32,6 +32,16 @@ WORKSPACE_ALIGN = 16  # MTVG_WORKSPACE_ALIGN in templates/common/include/mtvg/ru
 MIN_LIVE_BLOCKS = 64  # MTVG_WORKSPACE_MAX_LIVE default
 # Runtime files only graph-executor projects compile.
 GRAPH_RUNTIME_SOURCES = ("graph.c", "graph_params.c")
+# Runtime files only host-driven projects compile.
+RPC_RUNTIME_SOURCES = ("rpc_server.c", "session.c")
+
+STANDALONE = "standalone"
+HOST_DRIVEN = "host-driven"
+PROJECT_TYPES = (STANDALONE, HOST_DRIVEN)
+# Host-driven link: frame payload limit (MTVG_LINK_MAX_PAYLOAD) and the tensor pool.
+HOST_DRIVEN_MAX_PAYLOAD = 4096
+HOST_DRIVEN_POOL_MAX = 1 << 20
+HOST_DRIVEN_POOL_RAM_SHARE = 4  # at most a quarter of the board's RAM
 
 _DTYPE_CODES = {"int": 0, "uint": 1, "float": 2, "bfloat": 4, "bool": 1}
 
@@ -51,6 +61,7 @@ class GeneratedProject:
     module: ModuleInfo
     arena_bytes: int
     files: list[str]
+    project_type: str = STANDALONE
 
 
 def tvm_include_dirs() -> list[str]:
@@ -73,13 +84,29 @@ def tvm_include_dirs() -> list[str]:
     return dirs
 
 
-def check_buildable(module: ModuleInfo, board: Board, origin: str) -> None:
+def resolve_project_type(module: ModuleInfo, project_type: str | None) -> str:
+    """The project type asked for, or the one the archive implies (operators: host-driven)."""
+    if project_type is None:
+        return HOST_DRIVEN if module.executor == "operator" else STANDALONE
+    if project_type not in PROJECT_TYPES:
+        raise ProjectError(f"unknown project type '{project_type}' "
+                           f"(choose {' or '.join(PROJECT_TYPES)})")
+    return project_type
+
+
+def check_buildable(module: ModuleInfo, board: Board, origin: str,
+                    project_type: str = STANDALONE) -> None:
     """Refuse, with one clear reason, an archive this board cannot run."""
-    if module.executor == "operator":
+    if project_type == HOST_DRIVEN and module.registry is None:
+        raise UnsupportedModelError(
+            f"{origin}: host-driven projects call functions by name through the archive's "
+            "system library, and this archive has none",
+            hint="export the model with '--style operator'")
+    if module.executor == "operator" and project_type != HOST_DRIVEN:
         raise UnsupportedModelError(
             f"{origin}: operator-style archives are for host-driven mode (each operator called "
             "by name with tensors from the host); they hold no model to run as firmware",
-            hint="export the whole model to generate a firmware project from it")
+            hint="generate with '--project-type host-driven', or export the whole model")
     foreign = [o for o in module.objects if o.arch != board.arch]
     if foreign:
         arches = ", ".join(sorted({o.arch for o in foreign}))
@@ -92,7 +119,7 @@ def check_buildable(module: ModuleInfo, board: Board, origin: str) -> None:
     if not module.sources and not module.objects:
         raise UnsupportedModelError(f"{origin}: the archive has no code (no codegen/host/src "
                                     "or codegen/host/lib files)")
-    if module.graph is not None and module.graph.problems:
+    if project_type == STANDALONE and module.graph is not None and module.graph.problems:
         raise UnsupportedModelError(f"{origin}: cannot run this graph: {module.graph.problems[0]}")
     if any(s.language != "c" for s in module.sources):
         raise UnsupportedModelError(f"{origin}: C++ model sources are not supported yet")
@@ -119,7 +146,8 @@ def arena_bytes_for(module: ModuleInfo) -> int:
 
 
 def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = False,
-             module_name: str | None = None) -> GeneratedProject:
+             module_name: str | None = None,
+             project_type: str | None = None) -> GeneratedProject:
     board = load_board(board_name)
     archive, files = load_mlf(archive_path)
     try:
@@ -127,13 +155,20 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
     except KeyError:
         names = ", ".join(m.name for m in archive.modules)
         raise ProjectError(f"{archive_path}: no module '{module_name}' (it has: {names})") from None
-    check_buildable(module, board, str(archive_path))
+    kind = resolve_project_type(module, project_type)
+    check_buildable(module, board, str(archive_path), kind)
     _check_target_dir(out_dir, force)
 
-    rendered = _render_files(archive, files, module, board, archive_path)
+    rendered = _render_files(archive, files, module, board, archive_path, kind)
     _write_atomically(out_dir, rendered)
     return GeneratedProject(out_dir, board, archive, module, arena_bytes_for(module),
-                            sorted(rendered))
+                            sorted(rendered), kind)
+
+
+def rpc_pool_bytes(board: Board) -> int:
+    """Tensor memory of a host-driven project: a quarter of the RAM, at most 1 MiB."""
+    ram = board.ram_bytes if board.ram_bytes else HOST_DRIVEN_POOL_MAX
+    return min(HOST_DRIVEN_POOL_MAX, ram // HOST_DRIVEN_POOL_RAM_SHARE)
 
 
 def _check_target_dir(out_dir: Path, force: bool) -> None:
@@ -144,15 +179,18 @@ def _check_target_dir(out_dir: Path, force: bool) -> None:
 
 
 def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, board: Board,
-                  archive_path: Path) -> dict[str, bytes]:
+                  archive_path: Path, project_type: str) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     common = templates_dir() / "common"
     crt = templates_dir() / "crt"
 
     for src in sorted((common / "include").rglob("*.h")):
         out[f"runtime/include/{src.relative_to(common / 'include').as_posix()}"] = src.read_bytes()
+    host_driven = project_type == HOST_DRIVEN
     for src in sorted((common / "src").glob("*.c")):
-        if src.name in GRAPH_RUNTIME_SOURCES and module.executor != "graph":
+        if src.name in GRAPH_RUNTIME_SOURCES and (module.executor != "graph" or host_driven):
+            continue
+        if src.name in RPC_RUNTIME_SOURCES and not host_driven:
             continue
         out[f"runtime/src/{src.name}"] = src.read_bytes()
     platform_dir = common / "platform" / board.platform
@@ -162,7 +200,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     for src in sorted(platform_dir.iterdir()):
         if src.is_file() and src.suffix in (".c", ".h", ".ld", ".S"):
             out[f"platform/{src.name}"] = src.read_bytes()
-    out["app/app.c"] = (crt / "src" / "app.c").read_bytes()
+    app_main = "rpc_main.c" if host_driven else "app.c"
+    out[f"app/{app_main}"] = (crt / "src" / app_main).read_bytes()
 
     for s in module.sources:
         out[f"model/src/{s.path.rsplit('/', 1)[-1]}"] = files.data[s.path]
@@ -181,8 +220,16 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     env.filters["c_string"] = c_string_literal
     graph_limits: dict[str, int] = {}
     graph_context: dict = {}
-    if module.executor == "graph":
+    if module.executor == "graph" and not host_driven:
         graph_limits, graph_context = _graph_context(files, module)
+    pool = rpc_pool_bytes(board)
+    if host_driven:
+        graph_limits = {"MTVG_LINK_MAX_PAYLOAD": HOST_DRIVEN_MAX_PAYLOAD,
+                        "MTVG_RPC_POOL_BYTES": pool, "MTVG_RPC_WORKSPACE_BYTES": arena}
+    # MLF v8: <mod>_lib0.c is TVM 0.27's kernel code, built against TVM's own headers; the
+    # other sources are ours (run function, weights, packed entries), built with the runtime.
+    tvm_kernels = sorted(n for n in out if module.abi is not None and n.startswith("model/src/")
+                         and n.endswith("_lib0.c"))
     context = {
         "generator_version": __version__,
         "abi_version": RUNTIME_ABI_VERSION,
@@ -198,17 +245,20 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         "runtime_sources": sorted(n for n in out if n.startswith("runtime/src/")),
         "platform_sources": sorted(n for n in out if n.startswith("platform/")
                                    and n.endswith((".c", ".S"))),
-        "app_sources": ["app/app.c", "app/model_glue.c"],
+        "app_sources": ["app/rpc_main.c"] if host_driven else ["app/app.c", "app/model_glue.c"],
         "compile_definitions": graph_limits,
         "size_optimized_sources": [f"runtime/src/{n}" for n in GRAPH_RUNTIME_SOURCES
                                    if f"runtime/src/{n}" in out],
-        "model_sources": sorted(n for n in out if n.startswith("model/src/")),
+        "model_sources": sorted(n for n in out if n.startswith("model/src/")
+                                and n not in tvm_kernels),
+        "tvm_kernel_sources": tvm_kernels,
         "model_objects": sorted(n for n in out if n.startswith("model/lib/")),
         "tvm_include_dirs": tvm_include_dirs() if module.abi is not None else [],
     }
     context.update(graph_context)
-    glue = "graph_glue.c.j2" if module.executor == "graph" else "model_glue.c.j2"
-    out["app/model_glue.c"] = env.get_template(glue).render(context).encode()
+    if not host_driven:
+        glue = "graph_glue.c.j2" if module.executor == "graph" else "model_glue.c.j2"
+        out["app/model_glue.c"] = env.get_template(glue).render(context).encode()
     out["CMakeLists.txt"] = env.get_template("CMakeLists.txt.j2").render(context).encode()
     if not board.is_native:
         toolchain = env.get_template("toolchain.cmake.j2").render(context)
@@ -218,6 +268,7 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         "schema": PROJECT_SCHEMA,
         "generator_version": __version__,
         "runtime_abi": RUNTIME_ABI_VERSION,
+        "project_type": project_type,
         "board": board.name,
         "archive": {"name": archive_path.name, "sha256": archive.sha256,
                     "mlf_version": archive.version},
@@ -234,6 +285,10 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
             "storage_bytes": module.graph.storage_bytes if module.graph else 0,
         },
     }
+    if host_driven:
+        project["host_driven"] = {"link_max_payload": HOST_DRIVEN_MAX_PAYLOAD,
+                                  "tensor_pool_bytes": pool,
+                                  "functions": list(module.registry or [])}
     out[PROJECT_FILE] = (json.dumps(project, indent=2, sort_keys=True) + "\n").encode()
     return out
 

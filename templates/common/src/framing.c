@@ -61,21 +61,33 @@ static void writer_put_escaped(frame_writer_t* w, const uint8_t* data, size_t n,
   }
 }
 
-int mtvg_frame_send(const uint8_t* payload, size_t n) {
-  if (n > MTVG_LINK_MAX_PAYLOAD) {
+int mtvg_frame_send_parts(const uint8_t* head, size_t head_n, const uint8_t* body,
+                          size_t body_n) {
+  if (head_n > MTVG_LINK_MAX_PAYLOAD || body_n > MTVG_LINK_MAX_PAYLOAD - head_n) {
     return -1;
   }
+  size_t n = head_n + body_n;
   frame_writer_t w = {.used = 0, .crc = 0xFFFFu, .failed = 0};
   uint8_t len[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
   writer_put(&w, FRAME_ESC, 1);
   writer_put(&w, FRAME_START, 1);
   writer_put_escaped(&w, len, sizeof(len), 1);
-  writer_put_escaped(&w, payload, n, 1);
+  writer_put_escaped(&w, head, head_n, 1);
+  writer_put_escaped(&w, body, body_n, 1);
   uint8_t crc[2] = {(uint8_t)w.crc, (uint8_t)(w.crc >> 8)};
   writer_put_escaped(&w, crc, sizeof(crc), 0);
   writer_flush(&w);
   mtvg_link_flush();
   return w.failed ? -1 : 0;
+}
+
+int mtvg_frame_send(const uint8_t* payload, size_t n) {
+  return mtvg_frame_send_parts(payload, n, NULL, 0);
+}
+
+int mtvg_frame_send_nop(void) {
+  const uint8_t nop = FRAME_NOP;
+  return mtvg_link_write(&nop, 1);
 }
 
 uint32_t mtvg_frame_errors(void) { return frame_errors; }
@@ -111,7 +123,12 @@ static int read_frame_byte(uint16_t* crc) {
   }
 }
 
-/* Waits for FF FD outside a frame. Returns 0 when found, -1 on link close. */
+/* Set once junk outside frames has been reported, cleared at the next start marker: a run
+ * of junk is one damage report, not one per byte. */
+static int junk_reported;
+
+/* Waits for FF FD outside a frame. Returns 0 when found, -1 on link close, -2 at the first
+ * byte of a run of junk (anything but FE and the start marker). */
 static int hunt_start(void) {
   uint8_t b;
   int saw_esc = 0;
@@ -120,59 +137,75 @@ static int hunt_start(void) {
       return -1;
     }
     if (saw_esc && b == FRAME_START) {
+      junk_reported = 0;
       return 0;
     }
     saw_esc = (b == FRAME_ESC);
+    if (!saw_esc && b != FRAME_NOP && !junk_reported) {
+      junk_reported = 1;
+      frame_errors++;
+      return -2;
+    }
   }
 }
 
+/* Set when FF FD ended a damaged frame: the next frame's start is already consumed. */
+static int start_pending;
+
+int32_t mtvg_frame_receive_checked(uint8_t* buf) {
+  if (!start_pending) {
+    int found = hunt_start();
+    if (found != 0) {
+      return found == -1 ? -1 : MTVG_FRAME_DAMAGED;
+    }
+  }
+  start_pending = 0;
+  const uint8_t start[2] = {FRAME_ESC, FRAME_START};
+  uint16_t crc = mtvg_crc16_update(0xFFFFu, start, 2);
+  uint32_t len = 0;
+  int c = 0;
+  for (int i = 0; i < 4; i++) {
+    c = read_frame_byte(&crc);
+    if (c < 0) {
+      break;
+    }
+    len |= (uint32_t)c << (8 * i);
+  }
+  if (c >= 0 && len > MTVG_LINK_MAX_PAYLOAD) {
+    c = -3;
+  }
+  for (uint32_t i = 0; c >= 0 && i < len; i++) {
+    c = read_frame_byte(&crc);
+    if (c >= 0) {
+      buf[i] = (uint8_t)c;
+    }
+  }
+  uint16_t got = 0;
+  uint16_t ignored = 0;
+  for (int i = 0; c >= 0 && i < 2; i++) {
+    c = read_frame_byte(&ignored);
+    if (c >= 0) {
+      got |= (uint16_t)((uint16_t)c << (8 * i));
+    }
+  }
+  if (c == -1) {
+    return -1;
+  }
+  if (c == -2) {
+    start_pending = 1;
+  }
+  if (c < 0 || got != crc) {
+    frame_errors++;
+    return MTVG_FRAME_DAMAGED;
+  }
+  return (int32_t)len;
+}
+
 int32_t mtvg_frame_receive(uint8_t* buf) {
-  int have_start = 0;
   for (;;) {
-    if (!have_start && hunt_start() != 0) {
-      return -1;
+    int32_t len = mtvg_frame_receive_checked(buf);
+    if (len != MTVG_FRAME_DAMAGED) {
+      return len;
     }
-    have_start = 0;
-    const uint8_t start[2] = {FRAME_ESC, FRAME_START};
-    uint16_t crc = mtvg_crc16_update(0xFFFFu, start, 2);
-    uint32_t len = 0;
-    int c = 0;
-    for (int i = 0; i < 4; i++) {
-      c = read_frame_byte(&crc);
-      if (c < 0) {
-        break;
-      }
-      len |= (uint32_t)c << (8 * i);
-    }
-    if (c >= 0 && len > MTVG_LINK_MAX_PAYLOAD) {
-      c = -3;
-    }
-    for (uint32_t i = 0; c >= 0 && i < len; i++) {
-      c = read_frame_byte(&crc);
-      if (c >= 0) {
-        buf[i] = (uint8_t)c;
-      }
-    }
-    uint16_t got = 0;
-    uint16_t ignored = 0;
-    for (int i = 0; c >= 0 && i < 2; i++) {
-      c = read_frame_byte(&ignored);
-      if (c >= 0) {
-        got |= (uint16_t)((uint16_t)c << (8 * i));
-      }
-    }
-    if (c == -1) {
-      return -1;
-    }
-    if (c == -2) {
-      frame_errors++;
-      have_start = 1;
-      continue;
-    }
-    if (c == -3 || got != crc) {
-      frame_errors++;
-      continue;
-    }
-    return (int32_t)len;
   }
 }

@@ -44,6 +44,14 @@ void mtvg_link_flush(void);
  */
 uint64_t mtvg_timer_ticks(void);
 
+/*!
+ * \brief Restart the timer's current tick at this instant, where one tick spans several
+ * instructions of an emulated CPU (QEMU with -icount): a measurement that starts right
+ * after this call then reads the same tick count on every run. mtvg_timer_ticks() stays
+ * monotonic. A no-op on hardware and hosts, whose ticks are not quantised this way.
+ */
+void mtvg_timer_align(void);
+
 /*! \brief Ticks per second of mtvg_timer_ticks() (the CPU clock on MCUs, 1e9 on hosts). */
 uint64_t mtvg_timer_hz(void);
 

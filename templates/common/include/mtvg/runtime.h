@@ -68,6 +68,24 @@ uint16_t mtvg_crc16_update(uint16_t crc, const uint8_t* data, size_t n);
  */
 int mtvg_frame_send(const uint8_t* payload, size_t n);
 
+/*! \brief Send one frame whose payload is head followed by body (either may be empty). */
+int mtvg_frame_send_parts(const uint8_t* head, size_t head_n, const uint8_t* body,
+                          size_t body_n);
+
+/*! \brief Send a lone FE: receivers skip it; it marks a fresh start of our byte stream. */
+int mtvg_frame_send_nop(void);
+
+/*! \brief mtvg_frame_receive_checked() result: a damaged frame or junk was dropped. */
+#define MTVG_FRAME_DAMAGED (-2)
+
+/*!
+ * \brief Receive one frame into buf (capacity MTVG_LINK_MAX_PAYLOAD), reporting damage.
+ * \return payload length (>= 0); MTVG_FRAME_DAMAGED after dropping a frame with a bad CRC,
+ * escape or length, or at the first byte of junk between frames (once per run of junk);
+ * -1 when the link closed.
+ */
+int32_t mtvg_frame_receive_checked(uint8_t* buf);
+
 /*!
  * \brief Receive the next intact frame into buf (capacity MTVG_LINK_MAX_PAYLOAD).
  * Bytes before a start marker, frames with a bad CRC, bad escapes or an oversize length

@@ -34,6 +34,7 @@
 #define MTVG_SCB_BFAR MTVG_REG32(0xE000ED38u) /* bus fault address */
 
 #define MTVG_SCB_ICSR_PENDSTSET (1u << 26) /* SysTick exception is pending */
+#define MTVG_SCB_ICSR_PENDSTCLR (1u << 25) /* write 1: clear a pending SysTick */
 
 /* Exception numbers (IPSR values) of the ARMv7-M system exceptions. */
 #define MTVG_EXC_RESET 1u

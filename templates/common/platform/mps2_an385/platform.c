@@ -61,8 +61,11 @@
 #define MTVG_SYSTICK_PERIOD_BITS 24u    /* ticks per period = RELOAD + 1 = 2^24 */
 #define MTVG_SYSTICK_PERIOD_MASK ((1u << MTVG_SYSTICK_PERIOD_BITS) - 1u)
 
-/* Number of SysTick periods completed; written only by SysTick_Handler. */
+/* Number of SysTick periods completed; written only by SysTick_Handler (and by
+ * mtvg_timer_align while SysTick is stopped). */
 static volatile uint64_t s_systick_wraps;
+/* Ticks counted before the last mtvg_timer_align(). */
+static uint64_t s_tick_base;
 
 void SysTick_Handler(void) { s_systick_wraps = s_systick_wraps + 1u; }
 
@@ -109,7 +112,24 @@ uint64_t mtvg_timer_ticks(void) {
     }
   } while (s_systick_wraps != before);
   uint32_t position = (0u - current) & MTVG_SYSTICK_PERIOD_MASK;
-  return (wraps << MTVG_SYSTICK_PERIOD_BITS) + (uint64_t)position;
+  return s_tick_base + (wraps << MTVG_SYSTICK_PERIOD_BITS) + (uint64_t)position;
+}
+
+/*
+ * QEMU derives SysTick from virtual time: with -icount shift=0 one instruction is 1 ns and
+ * one tick is 40 ns, so where an instruction falls inside a tick depends on how long the
+ * device polled the UART before, which depends on the host. Stopping SysTick and starting
+ * it again restarts the tick at this instruction; the counter goes on from here (the tick
+ * in progress counts as a whole one).
+ */
+void mtvg_timer_align(void) {
+  uint64_t now = mtvg_timer_ticks();
+  MTVG_SYST_CSR = 0u;
+  MTVG_SCB_ICSR = MTVG_SCB_ICSR_PENDSTCLR;
+  s_systick_wraps = 0u;
+  s_tick_base = now + 1u;
+  MTVG_SYST_CVR = 0u;
+  MTVG_SYST_CSR = MTVG_SYST_CSR_CLKSOURCE | MTVG_SYST_CSR_TICKINT | MTVG_SYST_CSR_ENABLE;
 }
 
 uint64_t mtvg_timer_hz(void) { return (uint64_t)MTVG_CPU_HZ; }

@@ -73,4 +73,6 @@ uint64_t mtvg_timer_ticks(void) { return now_ns() - start_ns; }
 
 uint64_t mtvg_timer_hz(void) { return 1000000000u; }
 
+void mtvg_timer_align(void) {}
+
 void mtvg_platform_exit(int status) { exit(status); }
