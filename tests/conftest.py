@@ -57,3 +57,43 @@ def _isolated_environment(monkeypatch):
     """Tests never see a user's Zephyr tree or a relocated data folder."""
     monkeypatch.delenv("ZEPHYR_BASE", raising=False)
     monkeypatch.delenv("MICROTVM_GEN_ROOT", raising=False)
+
+
+# ---- Host-driven mode ----------------------------------------------------------------------
+
+
+def host_driven_operators():
+    """The operators host-driven tests call: elementwise add, dense, conv2d (TE)."""
+    from tvm import te, topi
+
+    a = te.placeholder((256,), name="a")
+    b = te.placeholder((256,), name="b")
+    add = te.compute((256,), lambda i: a[i] + b[i], name="add")
+    x = te.placeholder((4, 64), name="x")
+    w = te.placeholder((32, 64), name="w")
+    dense = topi.nn.dense(x, w)
+    d = te.placeholder((1, 3, 16, 16), name="d")
+    k = te.placeholder((8, 3, 3, 3), name="k")
+    conv = topi.nn.conv2d_nchw(d, k, stride=1, padding=1, dilation=1)
+    return {"vadd": [a, b, add], "dense": [x, w, dense], "conv2d": [d, k, conv]}
+
+
+@pytest.fixture(scope="session")
+def operators_archive(tmp_path_factory) -> Path:
+    """An operator-style archive of host_driven_operators() (module 'ops')."""
+    from generator.export.operators import export_operators
+
+    dest = tmp_path_factory.mktemp("ops") / "ops.tar"
+    export_operators(host_driven_operators(), dest, module="ops")
+    return dest
+
+
+def host_driven_project(archive_path: Path, board: str, out: Path, sanitize: bool = False) -> Path:
+    """Generate and build a host-driven project; returns its directory."""
+    from generator.build import build
+    from generator.project.generate import generate
+
+    require_board_tools(board)
+    generate(archive_path, board, out, project_type="host-driven")
+    build(out, sanitize=sanitize)
+    return out

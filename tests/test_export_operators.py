@@ -467,7 +467,9 @@ def test_archive_layout_reader_and_determinism(te_archive, tmp_path, capsys):
 
     with pytest.raises(UnsupportedModelError, match="operator-style archives are for "
                                                     "host-driven mode"):
-        generate(again, "host", tmp_path / "project")
+        generate(again, "host", tmp_path / "project", project_type="standalone")
+    # Without a project type, an operator archive becomes a host-driven project.
+    assert generate(again, "host", tmp_path / "hd").project_type == "host-driven"
     assert not (tmp_path / "project").exists()
 
 

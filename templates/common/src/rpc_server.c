@@ -1038,7 +1038,7 @@ static size_t dispatch(int32_t code, reader_t* r, writer_t* w) {
       msg_text(" is a reply, not a request");
       return reply_exception(w);
     default:
-      if (code < RPC_GET_GLOBAL_FUNC) {
+      if (code < RPC_GET_GLOBAL_FUNC || code > RPC_DEV_GET_CURRENT_STREAM) {
         msg_start("RPC code ");
         msg_uint((uint64_t)(uint32_t)code);
         msg_text(" is not supported by the device");
