@@ -40,6 +40,10 @@ SESSION_VERSION = 1
 HEADER = struct.Struct("<HB")
 SEQUENCED_EXTRA = 5  # u8 seq + u32 CRC-32
 PUMP_SLICE = 0.05  # longest single wait for device bytes, seconds
+# A request waits this many times its bytes' expected transfer time before a retransmission
+# (on top of SessionTimeouts.retransmit); bytes arriving from the device push it back.
+TRANSFER_SAFETY = 3.0
+RATE_SAMPLE_BYTES = 512  # exchanges at least this large measure the link's speed
 
 
 class Link(Protocol):
@@ -67,8 +71,11 @@ class SessionTimeouts:
     start: float = 10.0  # seconds to get StartSessionReply
     start_retry: float = 1.0  # resend StartSessionInit this often
     reply: float = 30.0  # seconds a request may take, retransmissions included
-    retransmit: float = 0.05  # first retransmission timeout
+    retransmit: float = 0.05  # first retransmission timeout, plus the frame's own time
     retransmit_max: float = 1.0  # cap of the doubling retransmission timeout
+    # First guess of the link's speed; measured copies replace it (QEMU's UART moves a few
+    # KB/s, a process's pipes hundreds of MB/s).
+    initial_bytes_per_second: float = 20_000.0
 
 
 def next_nonce(nonce: int) -> int:
@@ -115,6 +122,8 @@ class Session:
         self._seq = 0
         self._unframer = Unframer(max_payload=max_payload)
         self._errors_seen = 0
+        self._seconds_per_byte = 1.0 / self.timeouts.initial_bytes_per_second
+        self._last_rx = 0.0
 
     # ---- start and end --------------------------------------------------------------------
 
@@ -162,9 +171,12 @@ class Session:
         if not reply_expected:
             return b""
         limit = self.timeouts.reply if timeout is None else timeout
-        deadline = time.monotonic() + limit
+        sent_at = time.monotonic()
+        deadline = sent_at + limit
         wait = self.timeouts.retransmit
-        resend_at = time.monotonic() + wait
+        transfer = TRANSFER_SAFETY * self._seconds_per_byte * len(frame)
+        resend_at = sent_at + wait + transfer
+        retransmitted = False
         while True:
             now = time.monotonic()
             if now >= deadline:
@@ -180,17 +192,30 @@ class Session:
                 elif kind == MSG_SEQUENCED:
                     reply = self._sequenced_reply(body, seq)
                     if reply is not None:
+                        if not retransmitted:
+                            self._measure(time.monotonic() - sent_at, len(frame) + len(body))
                         return reply
             if self._unframer.errors != self._errors_seen:
                 self.stats.damaged_frames += self._unframer.errors - self._errors_seen
                 self._errors_seen = self._unframer.errors
                 resend_now = True
+            if not resend_now and self._last_rx > resend_at - wait:
+                resend_at = self._last_rx + wait  # the device is talking: a reply is coming
             if resend_now or time.monotonic() >= resend_at:
                 if not resend_now:
                     wait = min(wait * 2, self.timeouts.retransmit_max)
                 self.stats.retransmissions += 1
+                retransmitted = True
                 self.link.write(frame)
-                resend_at = time.monotonic() + wait
+                resend_at = time.monotonic() + wait + transfer
+
+    def _measure(self, seconds: float, nbytes: int) -> None:
+        """Learn the link's speed from a clean exchange (quick to speed up, slow to slow)."""
+        if nbytes < RATE_SAMPLE_BYTES:
+            return
+        sample = seconds / nbytes
+        weight = 0.5 if sample < self._seconds_per_byte else 0.1
+        self._seconds_per_byte += weight * (sample - self._seconds_per_byte)
 
     def _sequenced_reply(self, body: bytes, seq: int) -> bytes | None:
         if len(body) < SEQUENCED_EXTRA:
@@ -209,6 +234,8 @@ class Session:
     def _pump(self, timeout: float) -> list[tuple[int, int, bytes]]:
         """Messages that arrived within timeout; Log goes to on_log; a reboot raises."""
         data = self.link.read(max(0.0, min(timeout, PUMP_SLICE)))
+        if data:
+            self._last_rx = time.monotonic()
         messages = []
         for payload in self._unframer.feed(data):
             if len(payload) < HEADER.size:

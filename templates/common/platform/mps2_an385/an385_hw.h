@@ -34,6 +34,7 @@
 #define MTVG_SCB_BFAR MTVG_REG32(0xE000ED38u) /* bus fault address */
 
 #define MTVG_SCB_ICSR_PENDSTSET (1u << 26) /* SysTick exception is pending */
+#define MTVG_NVIC_ISER0 MTVG_REG32(0xE000E100u) /* interrupt set-enable, IRQ 0-31 */
 #define MTVG_SCB_ICSR_PENDSTCLR (1u << 25) /* write 1: clear a pending SysTick */
 
 /* Exception numbers (IPSR values) of the ARMv7-M system exceptions. */
@@ -83,5 +84,10 @@ static inline void mtvg_semihost_puts(const char* s) {
 
 /* SysTick exception handler (platform.c); placed in the vector table by startup.c. */
 void SysTick_Handler(void);
+
+/* UART0 receive interrupt: IRQ 0 on the AN385. Its handler (platform.c) only acknowledges
+ * it; the interrupt exists to wake the CPU from WFI while the link waits for a byte. */
+#define MTVG_AN385_UART0_RX_IRQ 0u
+void Uart0Rx_Handler(void);
 
 #endif /* MTVG_AN385_HW_H_ */

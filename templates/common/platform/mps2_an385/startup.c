@@ -98,8 +98,9 @@ __attribute__((section(".vectors"), used)) const mtvg_vector mtvg_an385_vectors[
     [13] = MTVG_FATAL, /* reserved */
     [MTVG_EXC_PENDSV] = MTVG_FATAL,
     [MTVG_EXC_SYSTICK] = {.handler = SysTick_Handler},
-    /* IRQ 0-31: none is ever enabled; an unexpected one is reported as fatal. */
-    MTVG_FATAL8,
+    /* IRQ 0 wakes the link's WFI when a byte arrives; any other IRQ is fatal. */
+    [MTVG_EXC_FIRST_IRQ + MTVG_AN385_UART0_RX_IRQ] = {.handler = Uart0Rx_Handler},
+    MTVG_FATAL, MTVG_FATAL, MTVG_FATAL, MTVG_FATAL, MTVG_FATAL, MTVG_FATAL, MTVG_FATAL,
     MTVG_FATAL8,
     MTVG_FATAL8,
     MTVG_FATAL8,
