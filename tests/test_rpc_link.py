@@ -27,10 +27,9 @@ from generator.link.session import (
     SessionTimeouts,
     encode_message,
     next_nonce,
-    sequenced_body,
 )
 from generator.rpc import packets
-from generator.rpc.packets import Handle, Requests, Tensor, decode_return
+from generator.rpc.packets import Handle, PacketClient, Requests, Tensor, decode_return
 from tests.conftest import host_driven_project
 
 H = bytes.fromhex
@@ -81,36 +80,6 @@ def device_elf(operators_archive, tmp_path_factory):
     return project / "build" / "firmware.elf"
 
 
-class Client:
-    """The requests of a stock client, at the packet level, over a Session."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
-    def ask(self, packet: bytes) -> list:
-        return decode_return(self.session.request(packet))
-
-    def setup(self) -> dict[str, int]:
-        assert self.ask(Requests.init_server()) == [None]
-        syslib = self.ask(Requests.get_global("ffi.SystemLib"))[0].value
-        module = self.ask(Requests.call(syslib))[1].value
-        getter = self.ask(Requests.get_global("tvm.rpc.server.ModuleGetFunction"))[0].value
-        found = self.ask(Requests.call(getter, Handle(module, packets.T_MODULE), "vadd", True))
-        return {"module": module, "getter": getter, "vadd": found[1].value}
-
-    def tensor(self, shape: tuple[int, ...], dtype: str = "float32") -> Tensor:
-        return Tensor(self.ask(Requests.alloc(shape, dtype))[0].value, shape, dtype)
-
-    def upload(self, t: Tensor, data: bytes) -> None:
-        assert self.ask(Requests.copy_to(t, data)) == [None]
-
-    def download(self, t: Tensor, nbytes: int) -> bytes:
-        reply = self.session.request(Requests.copy_from(t, nbytes))
-        if packets.packet_code(reply) != packets.COPY_ACK:
-            decode_return(reply)  # raises with the device's message
-        return reply[12:]
-
-
 def open_session(elf, logs=None, timeouts=None) -> tuple[Device, Session]:
     device = Device([str(elf)], "rpc firmware")
     session = Session(device, timeouts or SessionTimeouts(start=10, reply=10),
@@ -147,7 +116,8 @@ def test_plain_normal_messages_get_normal_replies(device_elf):
     with device:
         device.write(encode_message(session.session_id, 0x10, Requests.init_server()))
         got = b""
-        want = encode_message(session.session_id, 0x10, H("0c00000000000000040000000100000000000000"))
+        void = H("0c00000000000000040000000100000000000000")
+        want = encode_message(session.session_id, 0x10, void)
         deadline = time.monotonic() + 10
         while want not in got and time.monotonic() < deadline:
             got += device.read(0.5)
@@ -158,8 +128,8 @@ def test_vadd_through_the_session(device_elf):
     logs: list[str] = []
     device, session = open_session(device_elf, logs)
     with device:
-        client = Client(session)
-        handles = client.setup()
+        client = PacketClient(session)
+        handles = client.setup("vadd")
         a, b = np.arange(256, dtype="float32"), np.full(256, 0.5, dtype="float32")
         ta, tb, tc = client.tensor((256,)), client.tensor((256,)), client.tensor((256,))
         client.upload(ta, a.tobytes())
@@ -210,8 +180,8 @@ def _malformed(h: dict[str, int], t: Tensor) -> list[tuple[bytes, str]]:
 def test_malformed_packets_get_exceptions_and_the_stream_stays_in_sync(device_elf):
     device, session = open_session(device_elf)
     with device:
-        client = Client(session)
-        h = client.setup()
+        client = PacketClient(session)
+        h = client.setup("vadd")
         t = client.tensor((256,))
         for packet, message in _malformed(h, t):
             reply = session.request(packet)
@@ -230,8 +200,8 @@ def test_malformed_packets_get_exceptions_and_the_stream_stays_in_sync(device_el
 def test_time_evaluator_and_timer_limits(device_elf):
     device, session = open_session(device_elf)
     with device:
-        client = Client(session)
-        h = client.setup()
+        client = PacketClient(session)
+        h = client.setup("vadd")
         t = client.tensor((256,))
         factory = client.ask(Requests.get_global("runtime.RPCTimeEvaluator"))[0].value
         mod = Handle(h["module"], packets.T_MODULE)
@@ -257,8 +227,8 @@ def test_time_evaluator_and_timer_limits(device_elf):
 def test_max_packet_size_is_reported(device_elf):
     device, session = open_session(device_elf)
     with device:
-        client = Client(session)
-        client.setup()
+        client = PacketClient(session)
+        client.setup("vadd")
         h = client.ask(Requests.get_global("tvm.rpc.server.GetCRTMaxPacketSize"))[0].value
         assert client.ask(Requests.call(h)) == [packets.T_INT, session.max_packet - 8]
 
@@ -355,8 +325,8 @@ def test_link_faults_are_detected_and_recovered(device_elf):
                 if client is None:
                     session = Session(link, timeouts, max_payload=MAX_PAYLOAD, seed=iteration)
                     session.start()
-                    client = Client(session)
-                    handles = client.setup()
+                    client = PacketClient(session)
+                    handles = client.setup("vadd")
                     ta, tb, tc = (client.tensor((256,)) for _ in range(3))
                 a = rng.standard_normal(256).astype("float32")
                 b = rng.standard_normal(256).astype("float32")

@@ -7,6 +7,7 @@ escaped payload. Outside a frame a receiver skips everything up to FF FD.
 
 from __future__ import annotations
 
+import binascii
 import struct
 from collections.abc import Iterator
 
@@ -17,12 +18,8 @@ MAX_PAYLOAD = 1 << 20  # the host accepts larger frames than a device would send
 
 
 def crc16_ccitt(data: bytes, crc: int = 0xFFFF) -> int:
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
-            crc &= 0xFFFF
-    return crc
+    """CRC-16/CCITT-FALSE (poly 0x1021, MSB first, no reflection): binascii's CRC-CCITT."""
+    return binascii.crc_hqx(data, crc)
 
 
 def _escape(data: bytes) -> bytes:
@@ -60,37 +57,55 @@ class Unframer:
         return 4 + struct.unpack_from("<I", self._logical)[0] + 2
 
     def feed(self, data: bytes) -> Iterator[bytes]:
-        for byte in data:
+        i = 0
+        n = len(data)
+        while i < n:
             if not self._in_frame:
+                byte = data[i]
+                i += 1
                 if self._saw_esc and byte == START:
                     self._start()
                 else:
                     self._saw_esc = byte == ESC
                 continue
             if self._saw_esc:
+                byte = data[i]
+                i += 1
                 self._saw_esc = False
                 if byte == ESC:
-                    yield from self._take(ESC, b"\xff\xff")
-                elif byte == NOP:
-                    continue
+                    yield from self._take(b"\xff", b"\xff\xff")
                 elif byte == START:
                     self.errors += 1
                     self._start()
-                else:
+                elif byte != NOP:
                     self.errors += 1
                     self._in_frame = False
                 continue
-            if byte == ESC:
+            if data[i] == ESC:
                 self._saw_esc = True
+                i += 1
                 continue
-            yield from self._take(byte, bytes([byte]))
+            # A run of plain bytes, up to the next escape or the end of the CRC-covered part.
+            end = data.find(b"\xff", i)
+            end = n if end < 0 else end
+            end = min(end, i + self._room())
+            run = data[i:end]
+            i = end
+            yield from self._take(run, run)
 
-    def _take(self, value: int, wire: bytes) -> Iterator[bytes]:
+    def _room(self) -> int:
+        """Bytes the frame takes before its next boundary (length, CRC start, end)."""
         need = self._need()
-        in_crc = need is None or len(self._logical) < need - 2
-        self._logical.append(value)
-        if in_crc:
+        have = len(self._logical)
+        if need is None:
+            return 4 - have
+        return need - 2 - have if have < need - 2 else need - have
+
+    def _take(self, logical: bytes, wire: bytes) -> Iterator[bytes]:
+        need = self._need()
+        if need is None or len(self._logical) < need - 2:
             self._wire_crc = crc16_ccitt(wire, self._wire_crc)
+        self._logical += logical
         need = self._need()
         if need is not None and need - 6 > self.max_payload:
             self.errors += 1

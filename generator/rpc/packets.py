@@ -183,3 +183,37 @@ class Requests:
     @staticmethod
     def shutdown() -> bytes:
         return packet(SHUTDOWN)
+
+
+class PacketClient:
+    """The requests of a stock client at the packet level, over a link Session (no TCP)."""
+
+    def __init__(self, session) -> None:
+        self.session = session
+
+    def ask(self, packet: bytes) -> list:
+        return decode_return(self.session.request(packet))
+
+    def setup(self, function: str) -> dict[str, int]:
+        """InitServer, system_lib() and get_function(function): the handles, by role."""
+        self.ask(Requests.init_server())
+        syslib = self.ask(Requests.get_global("ffi.SystemLib"))[0].value
+        module = self.ask(Requests.call(syslib))[1].value
+        getter = self.ask(Requests.get_global("tvm.rpc.server.ModuleGetFunction"))[0].value
+        found = self.ask(Requests.call(getter, Handle(module, T_MODULE), function, True))
+        if found[0] != T_FUNCTION:
+            raise DeviceError(f"the device's system library has no '{function}'")
+        return {"module": module, "getter": getter, function: found[1].value}
+
+    def tensor(self, shape: tuple[int, ...], dtype: str = "float32") -> Tensor:
+        return Tensor(self.ask(Requests.alloc(shape, dtype))[0].value, shape, dtype)
+
+    def upload(self, t: Tensor, data: bytes) -> None:
+        self.ask(Requests.copy_to(t, data))
+
+    def download(self, t: Tensor, nbytes: int) -> bytes:
+        reply = self.session.request(Requests.copy_from(t, nbytes))
+        if packet_code(reply) != COPY_ACK:
+            decode_return(reply)  # raises with the device's message
+            raise DeviceError(f"device answered a copy with code {packet_code(reply)}")
+        return reply[PREFIX.size + 4:]
