@@ -93,10 +93,11 @@ def test_device_boots_with_terminate_and_log(device_elf):
     with Device([str(device_elf)], "rpc firmware") as device:
         data = b""
         deadline = time.monotonic() + 10
-        while b"functions" not in data and time.monotonic() < deadline:
+        while b"memory" not in data and time.monotonic() < deadline:
             data += device.read(0.5)
     assert data.startswith(H("FEFFFD0300000000000266 77".replace(" ", "")))
-    assert encode_message(0, MSG_LOG, b"rpc server: 3 functions") in data
+    banner = b"rpc server: 3 functions, 262144 bytes of tensor memory"
+    assert encode_message(0, MSG_LOG, banner) in data
 
 
 def test_session_start_reply_bytes(device_elf):
@@ -138,7 +139,7 @@ def test_vadd_through_the_session(device_elf):
         out = np.frombuffer(client.download(tc, 1024), dtype="float32")
         np.testing.assert_array_equal(out, a + b)
         assert ta.data % 64 == 0 and tb.data % 64 == 0  # TVM's CPU alignment
-    assert logs == ["rpc server: 3 functions"]
+    assert logs == ["rpc server: 3 functions, 262144 bytes of tensor memory"]
 
 
 def _malformed(h: dict[str, int], t: Tensor) -> list[tuple[bytes, str]]:

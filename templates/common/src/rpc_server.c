@@ -355,6 +355,16 @@ void mtvg_rpc_reset(void) {
   memset(timers, 0, sizeof(timers));
 }
 
+const char* mtvg_rpc_banner(void) {
+  msg_start("rpc server: ");
+  msg_uint(mtvg_rpc_function_count());
+  msg_text(" functions, ");
+  msg_uint(MTVG_RPC_POOL_BYTES);
+  msg_text(" bytes of tensor memory");
+  message[message_len < sizeof(message) ? message_len : sizeof(message) - 1u] = '\0';
+  return message;
+}
+
 /* ---- System library --------------------------------------------------------------------- */
 
 static const TVMFuncRegistry* registry(void) {

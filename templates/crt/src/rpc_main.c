@@ -19,37 +19,12 @@
 static uint8_t workspace[MTVG_RPC_WORKSPACE_BYTES + MTVG_WORKSPACE_ALIGN]
     __attribute__((aligned(MTVG_WORKSPACE_ALIGN)));
 
-static void log_ready(void) {
-  static char text[96];
-  static const char head[] = "rpc server: ";
-  size_t n = 0;
-  for (const char* s = head; *s != '\0'; s++) {
-    text[n++] = *s;
-  }
-  uint32_t count = mtvg_rpc_function_count();
-  char digits[10];
-  size_t d = 0;
-  do {
-    digits[d++] = (char)('0' + (char)(count % 10u));
-    count /= 10u;
-  } while (count != 0 && d < sizeof(digits));
-  while (d > 0) {
-    text[n++] = digits[--d];
-  }
-  static const char tail[] = " functions";
-  for (const char* s = tail; *s != '\0'; s++) {
-    text[n++] = *s;
-  }
-  text[n] = '\0';
-  mtvg_session_log(text);
-}
-
 int main(void) {
   mtvg_platform_init();
   mtvg_workspace_init(workspace, sizeof(workspace));
   mtvg_rpc_reset();
   mtvg_session_boot();
-  log_ready();
+  mtvg_session_log(mtvg_rpc_banner());
   for (;;) {
     const uint8_t* packet = 0;
     size_t n = 0;

@@ -85,6 +85,9 @@ size_t mtvg_rpc_pool_used(void);
 /*! \brief Functions the system library offers. */
 uint32_t mtvg_rpc_function_count(void);
 
+/*! \brief "rpc server: N functions, M bytes of tensor memory" (valid until the next call). */
+const char* mtvg_rpc_banner(void);
+
 #ifdef __cplusplus
 }
 #endif
