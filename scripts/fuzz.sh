@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Fuzz the on-device graph executor (templates/common/src/graph.c, graph_params.c) with
-# libFuzzer, under ASan and UBSan.
+# Fuzz the on-device graph executor (templates/common/src/graph.c, graph_params.c) and the
+# RPC server (templates/common/src/rpc_server.c) with libFuzzer, under ASan and UBSan.
 #
-# Usage: scripts/fuzz.sh [SECONDS]      build both harnesses, fuzz each for SECONDS (default 600)
+# Usage: scripts/fuzz.sh [SECONDS]      build all harnesses, fuzz each for SECONDS (default 600)
 #        scripts/fuzz.sh --build-only   only build them (into $FUZZ_BUILD/bin)
+#
+# Harnesses: fuzz_graph_json, fuzz_params (graph executor) and fuzz_rpc (RPC server, built
+# with small MTVG_RPC_* limits so they are reached, and with the posix platform's timer
+# wrapped by the harness' virtual clock; see tests/fuzz/fuzz_rpc.c).
 #
 # Environment:
 #   FUZZ_BUILD   build and scratch directory (default /tmp/mtvg-fuzz)
@@ -31,7 +35,13 @@ case "${1:-}" in
 esac
 
 common="$root/templates/common"
-sources=("$common/src/graph.c" "$common/src/graph_params.c" "$common/src/workspace.c")
+graph_sources=("$common/src/graph.c" "$common/src/graph_params.c" "$common/src/workspace.c")
+rpc_sources=("$common/src/rpc_server.c" "$common/src/workspace.c"
+             "$common/platform/posix/platform.c")
+rpc_flags=(-DMTVG_RPC_POOL_BYTES=4096u -DMTVG_RPC_MAX_ALLOCS=8u -DMTVG_RPC_MAX_ARGS=12u
+           -DMTVG_RPC_MAX_NDIM=4u -DMTVG_RPC_MAX_TIMERS=2u -DMTVG_RPC_MAX_REPEAT=8u
+           -DMTVG_RPC_STRING_BYTES=64u
+           -Wl,--wrap=mtvg_timer_ticks -Wl,--wrap=mtvg_timer_hz -Wl,--wrap=mtvg_timer_align)
 flags=(-std=c99 -Wall -Wextra -Werror -O1 -g -fno-omit-frame-pointer
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
        -I "$common/include" -I "$root/tests/fuzz")
@@ -40,13 +50,22 @@ extra=(${FUZZ_CFLAGS:-})
 # shellcheck disable=SC2206
 fuzz_args=(${FUZZ_ARGS:-})
 
-harnesses=(fuzz_graph_json fuzz_params)
-declare -A seeds=([fuzz_graph_json]=graph_json [fuzz_params]=params)
-declare -A dicts=([fuzz_graph_json]=graph_json.dict [fuzz_params]=params.dict)
+harnesses=(fuzz_graph_json fuzz_params fuzz_rpc)
+declare -A seeds=([fuzz_graph_json]=graph_json [fuzz_params]=params [fuzz_rpc]=rpc)
+declare -A dicts=([fuzz_graph_json]=graph_json.dict [fuzz_params]=params.dict
+                  [fuzz_rpc]=rpc.dict)
 
 mkdir -p "$build/bin"
 for h in "${harnesses[@]}"; do
-  "$cc" "${flags[@]}" "${extra[@]}" "$root/tests/fuzz/$h.c" "${sources[@]}" -o "$build/bin/$h"
+  if [[ $h == fuzz_rpc ]]; then
+    sources=("${rpc_sources[@]}")
+    own_flags=("${rpc_flags[@]}")
+  else
+    sources=("${graph_sources[@]}")
+    own_flags=()
+  fi
+  "$cc" "${flags[@]}" "${own_flags[@]}" "${extra[@]}" "$root/tests/fuzz/$h.c" "${sources[@]}" \
+    -o "$build/bin/$h"
 done
 echo "built ${harnesses[*]} in $build/bin"
 if [[ $build_only == 1 ]]; then

@@ -1,14 +1,18 @@
-"""libFuzzer harnesses of the on-device graph executor (tests/fuzz/, scripts/fuzz.sh).
+"""libFuzzer harnesses of the on-device graph executor and RPC server (tests/fuzz/,
+scripts/fuzz.sh).
 
 Needs a clang with libFuzzer (`-fsanitize=fuzzer`); skipped otherwise. The harnesses are
 built by `scripts/fuzz.sh --build-only`, so the script's compiler flags are the ones tested.
 
 Files derived from fixtures (the embedded graphs, some params seeds) are written by
 `python -m tests.test_fuzz --regenerate`; test_derived_files_are_current checks them.
+The fuzz_rpc seeds are written by `python tests/fuzz/make_rpc_seeds.py`;
+test_rpc_seeds_are_current checks them.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 import re
@@ -24,10 +28,12 @@ from tests.conftest import IN_REPO, REPO
 
 FUZZ = REPO / "tests" / "fuzz"
 SCRIPT = REPO / "scripts" / "fuzz.sh"
-HARNESSES = ["fuzz_graph_json", "fuzz_params"]
+HARNESSES = ["fuzz_graph_json", "fuzz_params", "fuzz_rpc"]
 CORPUS = {"fuzz_graph_json": FUZZ / "corpus" / "graph_json",
-          "fuzz_params": FUZZ / "corpus" / "params"}
-DICTS = {"fuzz_graph_json": FUZZ / "graph_json.dict", "fuzz_params": FUZZ / "params.dict"}
+          "fuzz_params": FUZZ / "corpus" / "params",
+          "fuzz_rpc": FUZZ / "corpus" / "rpc"}
+DICTS = {"fuzz_graph_json": FUZZ / "graph_json.dict", "fuzz_params": FUZZ / "params.dict",
+         "fuzz_rpc": FUZZ / "rpc.dict"}
 FUZZ_SECONDS = 15
 
 HANNAH = "hannah-magicwand-graph-c-tvm0.11dev"
@@ -133,6 +139,29 @@ def test_seed_corpora_and_dicts_exist():
     for name in HARNESSES:
         assert len(list(CORPUS[name].iterdir())) >= 5
         assert DICTS[name].stat().st_size > 0
+
+
+def _rpc_seed_maker():
+    spec = importlib.util.spec_from_file_location("make_rpc_seeds", FUZZ / "make_rpc_seeds.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rpc_seeds_are_current():
+    """The committed fuzz_rpc seeds are what make_rpc_seeds.py writes (the trace_* ones only
+    where the rpc-trace captures are available)."""
+    maker = _rpc_seed_maker()
+    seeds = maker.all_seeds(maker.DEFAULT_TRACES, warn=lambda _: None)
+    hint = "run python tests/fuzz/make_rpc_seeds.py"
+    for name, data in seeds.items():
+        path = CORPUS["fuzz_rpc"] / name
+        assert path.exists(), f"{path} is missing: {hint}"
+        assert path.read_bytes() == data, f"{path} is stale: {hint}"
+    committed = {p.name for p in CORPUS["fuzz_rpc"].iterdir()}
+    assert {n for n in committed if n.startswith("syn_")} == \
+        {n for n in seeds if n.startswith("syn_")}
 
 
 # ---- Building and running the harnesses -------------------------------------------------------

@@ -792,8 +792,12 @@ static size_t run_timer(writer_t* w, const evaluator_t* t, uint32_t n) {
       }
       uint64_t grown = (uint64_t)number * GROWTH_PER_MILLE / 1000u;
       if (ticks != 0) {
-        uint64_t needed = (uint64_t)t->min_repeat_ms * hz / 1000u * number / ticks + 1u;
-        grown = needed > grown ? needed : grown;
+        /* In double: min_repeat_ms * hz * number overflows u64 with a GHz timer. */
+        double needed = (double)t->min_repeat_ms * (double)hz / 1000.0 * (double)number /
+                        (double)ticks + 1.0;
+        if (needed > (double)grown) {
+          grown = needed >= (double)MAX_NUMBER ? MAX_NUMBER : (uint64_t)needed;
+        }
       }
       if (number >= MAX_NUMBER) {
         break;
@@ -1093,7 +1097,9 @@ size_t mtvg_rpc_handle(const uint8_t* packet, size_t n, uint8_t* reply, size_t c
   }
   size_t out = dispatch(code, &r, &w);
   if (out == 0) {
-    if (message_len == 0) {
+    if (w.overflow) {
+      msg_start("the reply does not fit the device's packet buffer");
+    } else if (message_len == 0) {
       msg_start("malformed ");
       msg_text(code_name(code));
       msg_text(" packet");
