@@ -7,9 +7,12 @@ TVM 0.27's own `tvm.rpc`, directly (`generator.rpc.connect`) and through a stock
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -145,3 +148,38 @@ def test_serve_rejects_bad_options(project, capsys):
     assert main(["serve", str(project), "--port", "70000"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 2 and all("error:" in line for line in lines)
+
+
+def _children(pid: int) -> list[int]:
+    """Process ids whose parent is pid (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_serve_restarts_a_device_that_died(project):
+    """The firmware process dies mid-session: the client gets one clear error, and the next
+    client finds a working device again."""
+    if "qemu" in str(project):
+        pytest.skip("one board is enough: the bridge's restart does not depend on it")
+    proc, port = _serve(project, "--sessions", "2")
+    try:
+        remote = tvm.rpc.connect("127.0.0.1", port)
+        check_operators(remote, np.random.default_rng(5))
+        (firmware,) = _children(proc.pid)
+        os.kill(firmware, signal.SIGKILL)
+        with pytest.raises(tvm.error.RPCError, match="closed its link|stopped accepting"):
+            tvm.runtime.tensor(np.ones(4, np.float32), remote.cpu(0))
+        del remote
+        check_operators(tvm.rpc.connect("127.0.0.1", port), np.random.default_rng(6))
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
