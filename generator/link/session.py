@@ -57,6 +57,8 @@ class Link(Protocol):
         """Bytes that arrived within timeout seconds; b'' on timeout; DeviceError at the end."""
         ...
 
+    def close(self) -> None: ...
+
 
 class LinkTimeout(DeviceError):
     """The device did not answer within the deadline."""

@@ -22,6 +22,18 @@ def dtype_bits(dtype: str) -> int:
     return int(m.group(2) or 32)
 
 
+# DLPack type codes (DLDataTypeCode) of the dtype families.
+_DLPACK_CODES = {"int": 0, "uint": 1, "float": 2, "bfloat": 4, "bool": 1}
+
+
+def dlpack_type_code(dtype: str) -> int:
+    """The DLPack type code of a TVM dtype string ('int8' -> 0, 'float32' -> 2)."""
+    m = DTYPE_RE.match(dtype)
+    if not m:
+        raise ValueError(f"unknown dtype '{dtype}'")
+    return _DLPACK_CODES[m.group(1)]
+
+
 def c_identifier(name: str) -> str:
     """TVM's SanitizeName: every non-alphanumeric character becomes '_'."""
     return re.sub(r"[^0-9A-Za-z]", "_", name)

@@ -20,7 +20,13 @@ from generator import RUNTIME_ABI_VERSION, __version__
 from generator.boards import Board, load_board
 from generator.errors import ProjectError, UnsupportedModelError
 from generator.mlf.archive import ArchiveFiles
-from generator.mlf.model import MlfArchive, ModuleInfo, c_identifier, dtype_bits
+from generator.mlf.model import (
+    MlfArchive,
+    ModuleInfo,
+    c_identifier,
+    dlpack_type_code,
+    dtype_bits,
+)
 from generator.mlf.reader import load_mlf
 from generator.project.cdata import c_bytes_initializer, c_string_literal
 from generator.resources import templates_dir
@@ -43,7 +49,6 @@ HOST_DRIVEN_MAX_PAYLOAD = 4096
 HOST_DRIVEN_POOL_MAX = 1 << 20
 HOST_DRIVEN_POOL_RAM_SHARE = 4  # at most a quarter of the board's RAM
 
-_DTYPE_CODES = {"int": 0, "uint": 1, "float": 2, "bfloat": 4, "bool": 1}
 
 
 @dataclass(frozen=True)
@@ -218,13 +223,13 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              autoescape=False)
     env.filters["c_string"] = c_string_literal
-    graph_limits: dict[str, int] = {}
+    compile_definitions: dict[str, int] = {}
     graph_context: dict = {}
     if module.executor == "graph" and not host_driven:
-        graph_limits, graph_context = _graph_context(files, module)
+        compile_definitions, graph_context = _graph_context(files, module)
     pool = rpc_pool_bytes(board)
     if host_driven:
-        graph_limits = {"MTVG_LINK_MAX_PAYLOAD": HOST_DRIVEN_MAX_PAYLOAD,
+        compile_definitions = {"MTVG_LINK_MAX_PAYLOAD": HOST_DRIVEN_MAX_PAYLOAD,
                         "MTVG_RPC_POOL_BYTES": pool, "MTVG_RPC_WORKSPACE_BYTES": arena}
     # MLF v8: <mod>_lib0.c is TVM 0.27's kernel code, built against TVM's own headers; the
     # other sources are ours (run function, weights, packed entries), built with the runtime.
@@ -240,13 +245,13 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         "arena_bytes": arena,
         "external_pools": external_pools,
         "max_live_blocks": max(MIN_LIVE_BLOCKS, module.workspace_call_sites),
-        "dtype_code": lambda d: _DTYPE_CODES[d.rstrip("0123456789")],
+        "dtype_code": dlpack_type_code,
         "dtype_bits": dtype_bits,
         "runtime_sources": sorted(n for n in out if n.startswith("runtime/src/")),
         "platform_sources": sorted(n for n in out if n.startswith("platform/")
                                    and n.endswith((".c", ".S"))),
         "app_sources": ["app/rpc_main.c"] if host_driven else ["app/app.c", "app/model_glue.c"],
-        "compile_definitions": graph_limits,
+        "compile_definitions": compile_definitions,
         "size_optimized_sources": [f"runtime/src/{n}" for n in GRAPH_RUNTIME_SOURCES
                                    if f"runtime/src/{n}" in out],
         "model_sources": sorted(n for n in out if n.startswith("model/src/")

@@ -70,7 +70,7 @@ class DeviceLink:
             raise
 
     def close(self) -> None:
-        if self.link is not None and hasattr(self.link, "close"):
+        if self.link is not None:
             self.link.close()
         self.link = None
         self.session = None

@@ -11,6 +11,7 @@ import struct
 from dataclasses import dataclass
 
 from generator.errors import DeviceError
+from generator.mlf.model import dlpack_type_code, dtype_bits
 
 # RPC codes
 SHUTDOWN = 1
@@ -37,7 +38,6 @@ T_MODULE = 73
 
 PROTOCOL_VERSION = b"0.8.0"
 PREFIX = struct.Struct("<Q")
-_DTYPES = {"float32": (2, 32), "int8": (0, 8), "int32": (0, 32), "uint8": (1, 8)}
 
 
 def packet(code: int, body: bytes = b"") -> bytes:
@@ -71,8 +71,8 @@ class Tensor:
     byte_offset: int = 0
 
     def encode(self) -> bytes:
-        code, bits = _DTYPES[self.dtype]
-        return (struct.pack("<QiiiBBH", self.data, 1, 0, len(self.shape), code, bits, 1)
+        return (struct.pack("<QiiiBBH", self.data, 1, 0, len(self.shape),
+                            dlpack_type_code(self.dtype), dtype_bits(self.dtype), 1)
                 + b"".join(struct.pack("<q", d) for d in self.shape)
                 + struct.pack("<Q", self.byte_offset))
 

@@ -199,6 +199,11 @@ static uint64_t get_uint(reader_t* r, size_t n) {
   return v;
 }
 
+/* The n bytes a length field announced; a length beyond the packet marks it bad. */
+static const uint8_t* take_counted(reader_t* r, uint64_t n) {
+  return take(r, n > r->left ? r->left + 1u : (size_t)n);
+}
+
 static int32_t get_i32(reader_t* r) { return (int32_t)(uint32_t)get_uint(r, 4); }
 static uint64_t get_u64(reader_t* r) { return get_uint(r, 8); }
 
@@ -462,7 +467,7 @@ static int read_value(reader_t* r, value_t* v, uint32_t slot) {
     if (inner == T_STR || inner == T_BYTES) {
       v->type = inner == T_STR ? T_RAW_STR : T_BYTE_ARRAY;
       v->len = get_u64(r);
-      v->bytes = take(r, v->len > r->left ? r->left + 1u : (size_t)v->len);
+      v->bytes = take_counted(r, v->len);
     } else if (inner == T_RPC_OBJECT) {
       v->type = T_RPC_OBJECT;
       v->handle = get_u64(r);
@@ -504,7 +509,7 @@ static int read_value(reader_t* r, value_t* v, uint32_t slot) {
     case T_RAW_STR:
     case T_BYTE_ARRAY:
       v->len = get_u64(r);
-      v->bytes = take(r, v->len > r->left ? r->left + 1u : (size_t)v->len);
+      v->bytes = take_counted(r, v->len);
       break;
     default:
       r->bad = 1;
@@ -1019,7 +1024,7 @@ static size_t handle_copy(int32_t code, reader_t* r, writer_t* w) {
 
 static size_t handle_init(reader_t* r, writer_t* w) {
   uint64_t len = get_u64(r);
-  const uint8_t* version = take(r, len > r->left ? r->left + 1u : (size_t)len);
+  const uint8_t* version = take_counted(r, len);
   uint32_t n = 0;
   if (r->bad || read_args(r, &n) != 0) {
     return 0;
