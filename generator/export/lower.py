@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from generator.errors import ExportError
+from generator.export.quantize import QuantReport, integer_rewrite
 from generator.export.schedule import shrink_intermediates
 from generator.mlf.model import ShapedTensor
 
@@ -66,6 +67,7 @@ class Lowered:
     c_source: str  # TVM's C codegen output: one plain C function per kernel
     prototypes: dict[str, str] = field(default_factory=dict)  # kernel → parameter list text
     relax_text: str = ""
+    quant: QuantReport = field(default_factory=QuantReport)
 
 
 def relax_pipeline():
@@ -97,6 +99,7 @@ def lower(mod, module_name: str = "default") -> Lowered:
 
     try:
         with tvm.transform.PassContext(opt_level=3), quiet_native_stderr():
+            mod, quant = integer_rewrite(mod)
             fused = relax_pipeline()(mod)
     except Exception as exc:
         raise ExportError(f"TVM could not legalize and fuse the model: {last_line(exc)}") \
@@ -110,7 +113,7 @@ def lower(mod, module_name: str = "default") -> Lowered:
     missing = [k for k in used if k not in prototypes]
     if missing:
         raise ExportError(f"TVM's C codegen did not emit kernels {', '.join(missing)}")
-    return Lowered(program, c_source, prototypes, relax_text)
+    return Lowered(program, c_source, prototypes, relax_text, quant)
 
 
 _PROTOTYPE_RE = re.compile(r"TVM_DLL void (\w+)\(([^)]*)\);")

@@ -1,0 +1,307 @@
+"""Integer kernels with TFLite's int8 semantics, written in TVM's tensor expression language.
+
+Each builder returns a TIR PrimFunc (its parameters: the int8 activations, then the
+constants the caller passes, then the int8 output) and is compiled by the same TVM
+pipeline as every other kernel. The arithmetic follows TFLite's reference kernels:
+int8 × int8 products accumulated in int32, an int32 bias, requantization by a fixed-point
+multiplier and shift (`fixedpoint.py`), the output zero point, then clamping to the fused
+activation's range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tvm import te, tirx
+
+from generator.export.fixedpoint import (
+    SOFTMAX_ACCUM_INTEGER_BITS,
+    TirArith,
+    exp_on_negative_values,
+    multiply_by_quantized_multiplier,
+    one_over_one_plus_x,
+)
+
+
+@dataclass(frozen=True)
+class Requant:
+    """How an int32 accumulator becomes int8: per-tensor (ints) or per-channel (arrays)."""
+
+    multiplier: int | np.ndarray
+    shift: int | np.ndarray
+    zero_point: int
+    act_min: int = -128
+    act_max: int = 127
+
+    @property
+    def per_channel(self) -> bool:
+        return isinstance(self.multiplier, np.ndarray)
+
+    def constants(self) -> list[np.ndarray]:
+        if not self.per_channel:
+            return []
+        return [self.multiplier.astype(np.int32), self.shift.astype(np.int8)]
+
+
+@dataclass
+class Kernel:
+    func: tirx.PrimFunc
+    constants: list[np.ndarray]  # passed after the activations, in this order
+
+
+def _clamp_int8(value, lo: int, hi: int):
+    return tirx.max(tirx.min(value, tirx.const(hi, "int32")),
+                    tirx.const(lo, "int32")).astype("int8")
+
+
+class _Requantizer:
+    def __init__(self, requant: Requant, channels: int) -> None:
+        self.r = requant
+        self.ar = TirArith()
+        self.placeholders = []
+        if requant.per_channel:
+            self.m = te.placeholder((channels,), "int32", "multiplier")
+            self.s = te.placeholder((channels,), "int8", "shift")
+            self.placeholders = [self.m, self.s]
+
+    def __call__(self, acc, channel):
+        r = self.r
+        if r.per_channel:
+            scaled = multiply_by_quantized_multiplier(self.ar, acc, self.m[channel],
+                                                      self.s[channel].astype("int32"))
+        else:
+            scaled = multiply_by_quantized_multiplier(self.ar, acc, int(r.multiplier),
+                                                      int(r.shift))
+        return _clamp_int8(scaled + r.zero_point, r.act_min, r.act_max)
+
+
+def _func(tensors) -> tirx.PrimFunc:
+    return te.create_prim_func(tensors).without_attr("global_symbol")
+
+
+def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
+                out_shape: tuple[int, ...], strides: tuple[int, int],
+                pads: tuple[int, int, int, int], dilation: tuple[int, int], input_zero: int,
+                requant: Requant, depthwise: bool) -> Kernel:
+    """Conv2d on NHWC int8. Regular weights are OHWI [Cout, KH, KW, Cin]; depthwise weights
+    are [KH, KW, Cout] (Cout = Cin · multiplier). `bias` already holds
+    bias − input_zero · Σweights, so padding reads the input zero point."""
+    n_, h_, w_, cin = x_shape
+    _, oh_, ow_, cout = out_shape
+    x = te.placeholder(x_shape, "int8", "x")
+    w = te.placeholder(weights.shape, "int8", "w")
+    b = te.placeholder((cout,), "int32", "bias")
+    sh, sw = strides
+    dh, dw = dilation
+    top, left = pads[0], pads[1]
+    padded = any(pads)
+
+    def x_at(n, h, wi, c):
+        value = x[n, h, wi, c].astype("int32")
+        if not padded:
+            return value
+        inside = tirx.all(h >= 0, h < h_, wi >= 0, wi < w_)
+        return tirx.if_then_else(inside, value, tirx.const(input_zero, "int32"))
+
+    if depthwise:
+        kh_, kw_, _ = weights.shape
+        mult = cout // cin
+        rh = te.reduce_axis((0, kh_), "rh")
+        rw = te.reduce_axis((0, kw_), "rw")
+        acc = te.compute(
+            (n_, oh_, ow_, cout),
+            lambda n, i, j, c: te.sum(
+                x_at(n, i * sh - top + rh * dh, j * sw - left + rw * dw, c // mult)
+                * w[rh, rw, c].astype("int32"), axis=[rh, rw]),
+            name="acc")
+    else:
+        _, kh_, kw_, _ = weights.shape
+        rh = te.reduce_axis((0, kh_), "rh")
+        rw = te.reduce_axis((0, kw_), "rw")
+        rc = te.reduce_axis((0, cin), "rc")
+        acc = te.compute(
+            (n_, oh_, ow_, cout),
+            lambda n, i, j, c: te.sum(
+                x_at(n, i * sh - top + rh * dh, j * sw - left + rw * dw, rc)
+                * w[c, rh, rw, rc].astype("int32"), axis=[rh, rw, rc]),
+            name="acc")
+    rq = _Requantizer(requant, cout)
+    out = te.compute(out_shape, lambda n, i, j, c: rq(acc[n, i, j, c] + b[c], c), name="out")
+    return Kernel(_func([x, w, b, *rq.placeholders, out]),
+                  [weights.astype(np.int8), bias.astype(np.int32), *requant.constants()])
+
+
+def dense(batch: int, weights: np.ndarray, bias: np.ndarray, requant: Requant) -> Kernel:
+    """[batch, K] int8 · weights [U, K] int8ᵀ + bias → [batch, U] int8 (bias holds
+    bias − input_zero · Σweights)."""
+    units, depth = weights.shape
+    x = te.placeholder((batch, depth), "int8", "x")
+    w = te.placeholder((units, depth), "int8", "w")
+    b = te.placeholder((units,), "int32", "bias")
+    k = te.reduce_axis((0, depth), "k")
+    acc = te.compute((batch, units), lambda i, u: te.sum(
+        x[i, k].astype("int32") * w[u, k].astype("int32"), axis=k), name="acc")
+    rq = _Requantizer(requant, units)
+    out = te.compute((batch, units), lambda i, u: rq(acc[i, u] + b[u], u), name="out")
+    return Kernel(_func([x, w, b, *rq.placeholders, out]),
+                  [weights.astype(np.int8), bias.astype(np.int32), *requant.constants()])
+
+
+def avg_pool2d_nhwc(x_shape: tuple[int, ...], out_shape: tuple[int, ...],
+                    pool: tuple[int, int], strides: tuple[int, int],
+                    pads: tuple[int, int, int, int], act_min: int, act_max: int) -> Kernel:
+    """TFLite's int8 average pool: the sum of the window's in-bounds values divided by their
+    count, rounded half away from zero (input and output share their quantization)."""
+    _, h_, w_, _ = x_shape
+    x = te.placeholder(x_shape, "int8", "x")
+    ph, pw = pool
+    sh, sw = strides
+    top, left = pads[0], pads[1]
+    rh = te.reduce_axis((0, ph), "rh")
+    rw = te.reduce_axis((0, pw), "rw")
+
+    def x_at(n, h, wi, c):
+        value = x[n, h, wi, c].astype("int32")
+        if not any(pads):
+            return value
+        inside = tirx.all(h >= 0, h < h_, wi >= 0, wi < w_)
+        return tirx.if_then_else(inside, value, tirx.const(0, "int32"))
+
+    total = te.compute(out_shape, lambda n, i, j, c: te.sum(
+        x_at(n, i * sh - top + rh, j * sw - left + rw, c), axis=[rh, rw]), name="total")
+
+    def count(i, j):
+        h0, w0 = i * sh - top, j * sw - left
+        hs = tirx.max(h0, 0)
+        he = tirx.min(h0 + ph, h_)
+        ws = tirx.max(w0, 0)
+        we = tirx.min(w0 + pw, w_)
+        return (he - hs) * (we - ws)
+
+    def average(n, i, j, c):
+        acc = total[n, i, j, c]
+        cnt = count(i, j) if any(pads) else tirx.const(ph * pw, "int32")
+        half = tirx.truncdiv(cnt, 2)
+        rounded = tirx.Select(acc > 0, tirx.truncdiv(acc + half, cnt),
+                              tirx.truncdiv(acc - half, cnt))
+        return _clamp_int8(rounded, act_min, act_max)
+
+    out = te.compute(out_shape, average, name="out")
+    return Kernel(_func([x, out]), [])
+
+
+def add(a_shape: tuple[int, ...], b_shape: tuple[int, ...], out_shape: tuple[int, ...],
+        a_offset: int, b_offset: int, a_mult: tuple[int, int], b_mult: tuple[int, int],
+        out_mult: tuple[int, int], left_shift: int, zero_out: int, act_min: int,
+        act_max: int) -> Kernel:
+    """TFLite's int8 add (numpy broadcasting): both inputs shifted left, rescaled to a
+    common scale, summed, and rescaled to the output."""
+    ar = TirArith()
+    a = te.placeholder(a_shape, "int8", "a")
+    b = te.placeholder(b_shape, "int8", "b")
+
+    def index(shape, idx):
+        lead = len(idx) - len(shape)
+        return [0 if d == 1 else i for d, i in zip(shape, idx[lead:], strict=True)]
+
+    def scaled(t, shape, offset, mult, idx):
+        v = (t[tuple(index(shape, idx))].astype("int32") + offset) * (1 << left_shift)
+        return multiply_by_quantized_multiplier(ar, v, mult[0], mult[1])
+
+    def body(*idx):
+        total = scaled(a, a_shape, a_offset, a_mult, idx) + scaled(b, b_shape, b_offset,
+                                                                   b_mult, idx)
+        out = multiply_by_quantized_multiplier(ar, total, out_mult[0], out_mult[1])
+        return _clamp_int8(out + zero_out, act_min, act_max)
+
+    out = te.compute(out_shape, body, name="out")
+    return Kernel(_func([a, b, out]), [])
+
+
+def softmax(shape: tuple[int, ...], input_multiplier: int, input_left_shift: int,
+            diff_min: int) -> Kernel:
+    """TFLite's int8 softmax over the last axis (output scale 1/256, zero point −128):
+    gemmlowp's fixed-point exp of each difference from the row maximum, times the
+    fixed-point reciprocal of their sum. Written as TIR statements, one row at a time,
+    every fixed-point step kept in a local scratch array (a first pass counts them)."""
+    counting = TirArith(scratch_slots=1)
+    _softmax_body(counting, shape, input_multiplier, input_left_shift, diff_min)
+    ar = TirArith(scratch_slots=max(counting.used.values()))
+    x = te.placeholder(shape, "int8", "x")
+    out = te.extern(shape, [x], lambda ins, outs: _softmax_body(
+        ar, shape, input_multiplier, input_left_shift, diff_min, ins[0], outs[0]),
+        name="softmax", dtype="int8")
+    return Kernel(_func([x, out]), [])
+
+
+def _seq(stmts: list):
+    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
+
+
+def _softmax_body(ar: TirArith, shape, input_multiplier: int, input_left_shift: int,
+                  diff_min: int, xb=None, ob=None):
+    t = tirx
+    ar.restart()
+    depth = shape[-1]
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    i32 = "int32"
+    if xb is None:
+        xb = t.decl_buffer(shape, "int8", "x")
+        ob = t.decl_buffer(shape, "int8", "out")
+
+    def index(r, c):
+        idx, rest = [], r
+        for d in reversed(shape[:-1]):
+            idx.append(t.truncmod(rest, d) if d > 1 else t.const(0, i32))
+            rest = t.truncdiv(rest, d)
+        return [*reversed(idx), c]
+
+    def loop(var, extent, body):
+        return t.For(var, t.const(0, i32), t.const(extent, i32), t.ForKind.SERIAL, body)
+
+    acc = t.decl_buffer((3,), i32, "acc", scope="local")
+    r, c, k = t.Var("r", i32), t.Var("c", i32), t.Var("k", i32)
+    row_max, total = t.Var("row_max", i32), t.Var("sum_of_exps", i32)
+
+    def store(slot, value):
+        return t.BufferStore(acc, value, [t.const(slot, i32)])
+
+    def slot(n):
+        return t.BufferLoad(acc, [t.const(n, i32)])
+
+    def exp_of_diff():
+        d = ar.shared(t.Cast(i32, t.BufferLoad(xb, index(r, c))) - row_max)
+        rescaled = ar.srdhm(d * (1 << input_left_shift), input_multiplier)
+        return d, ar.shared(exp_on_negative_values(ar, ar.shared(rescaled)))
+
+    d, e = exp_of_diff()
+    term = t.Select(d >= diff_min, ar.rdbp(e, SOFTMAX_ACCUM_INTEGER_BITS), t.const(0, i32))
+    sum_step = _seq([*ar.take_stores(), store(1, slot(1) + term)])
+    bits = t.Var("bits", i32)
+    headroom = 32 - bits
+    shifted = (t.Cast("int64", total) << t.Cast("int64", headroom)) - (1 << 31)
+    scale = ar.shared(one_over_one_plus_x(ar, ar.shared(t.Cast(i32, shifted))))
+    scale_steps = ar.take_stores()
+    d, e = exp_of_diff()
+    over_unit = SOFTMAX_ACCUM_INTEGER_BITS - headroom
+    value = ar.rdbp(ar.srdhm(scale, e), over_unit + 31 - 8) - 128
+    out_step = _seq([*ar.take_stores(), t.BufferStore(
+        ob, t.Select(d >= diff_min, _clamp_int8(value, -128, 127), t.const(-128, "int8")),
+        index(r, c))])
+    row = t.SeqStmt([
+        store(0, t.const(-128, i32)),
+        loop(c, depth, store(0, t.max(slot(0), t.Cast(i32, t.BufferLoad(xb, index(r, c)))))),
+        t.LetStmt(row_max, slot(0)),
+        store(1, t.const(0, i32)),
+        loop(c, depth, sum_step),
+        t.LetStmt(total, slot(1)),
+        store(2, t.const(0, i32)),  # the sum's bit length: 32 − count leading zeros
+        loop(k, 32, store(2, slot(2) + t.Select((total >> k) != 0, t.const(1, i32),
+                                                t.const(0, i32)))),
+        t.LetStmt(bits, slot(2)),
+        *scale_steps,
+        loop(c, depth, out_step),
+    ])
+    allocs = [t.AllocBuffer(b) for b in (acc, *ar.scratch.values())]
+    return t.SeqStmt([*allocs, loop(r, rows, row)])

@@ -1,0 +1,415 @@
+"""Quantized models stay integer: the frontend's dequantize → float op → quantize patterns
+become int8 kernels with TFLite's arithmetic.
+
+TVM 0.27's TFLite frontend writes every quantized operator as float math between
+`dequantize` and `quantize`. This pass finds those patterns in `main` (before TVM's own
+lowering) and replaces each with a call to an integer kernel from `qkernels.py`: weights stay
+int8 and biases int32 (constants in flash), activations between kernels stay int8. A fused
+activation (`clip` on the quantized result) folds into the kernel's output range. Patterns
+it does not recognise keep the float path, and the report says which.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from generator.export import qkernels
+from generator.export.fixedpoint import quantize_multiplier, softmax_params
+
+ADD_LEFT_SHIFT = 20  # TFLite's int8 add: inputs are shifted left by 20 bits before rescaling
+
+
+@dataclass
+class QuantReport:
+    """Which quantized operators became integer kernels and which kept the float path."""
+
+    integer: list[str] = field(default_factory=list)
+    fallback: list[tuple[str, str]] = field(default_factory=list)  # (operator, reason)
+
+    def summary(self) -> str:
+        def counted(names: list[str]) -> str:
+            return ", ".join(f"{n} ×{c}" if c > 1 else n for n, c in Counter(names).items())
+
+        text = f"integer: {counted(self.integer) or 'none'}"
+        if self.fallback:
+            text += f"; float fallback: {counted([op for op, _ in self.fallback])}"
+        return text
+
+
+class _NoMatch(Exception):
+    """This pattern is not (or not fully) an integer operator we can rewrite."""
+
+
+@dataclass
+class _QConst:
+    """A quantized constant: integer values and a per-element scale and zero point."""
+
+    q: np.ndarray
+    scale: np.ndarray
+    zero: np.ndarray
+
+    def apply(self, fn: Callable[[np.ndarray], np.ndarray]) -> _QConst:
+        return _QConst(fn(self.q), fn(self.scale), fn(self.zero))
+
+
+@dataclass(frozen=True)
+class _QAct:
+    var: object  # the int8 relax.Var
+    scale: float
+    zero: int
+
+
+def _op(expr) -> str | None:
+    op = getattr(expr, "op", None)
+    return getattr(op, "name", None)
+
+
+def _shape(expr) -> tuple[int, ...]:
+    return tuple(int(d) for d in expr.ty.shape)
+
+
+def _dtype(expr) -> str:
+    return str(expr.ty.dtype)
+
+
+def _per_channel(full: np.ndarray, axis: int) -> np.ndarray | None:
+    """The values along `axis` if `full` is constant along every other axis."""
+    line = np.moveaxis(full, axis, 0).reshape(full.shape[axis], -1)
+    if not np.all(line == line[:, :1]):
+        return None
+    return line[:, 0].copy()
+
+
+class _Graph:
+    """main's dataflow bindings: what each variable is bound to, and who uses it."""
+
+    def __init__(self, main) -> None:
+        from tvm import relax
+
+        self.bound: dict = {}
+        self.order: list = []
+        self.uses: Counter = Counter()
+        self.users: dict = {}
+        for block in main.body.blocks:
+            for b in block.bindings:
+                self.bound[b.var] = b.value
+                self.order.append(b)
+                for v in relax.analysis.free_vars(b.value):
+                    self.uses[v] += 1
+                    self.users[v] = b
+        for v in relax.analysis.free_vars(main.body.body):
+            self.uses[v] += 1
+            self.users[v] = None
+
+    def resolve(self, expr):
+        from tvm import relax
+
+        while isinstance(expr, relax.Var) and expr in self.bound:
+            expr = self.bound[expr]
+        return expr
+
+    def const_int(self, expr) -> np.ndarray:
+        """An integer constant, looking through reshape and permute_dims."""
+        from tvm.ir.expr import GenericConst
+
+        e = self.resolve(expr)
+        if isinstance(e, GenericConst):
+            return e.value.numpy()
+        name = _op(e)
+        if name == "relax.reshape":
+            return self.const_int(e.args[0]).reshape(_shape(e))
+        if name == "relax.permute_dims":
+            return np.transpose(self.const_int(e.args[0]), _axes(e))
+        raise _NoMatch("not a constant")
+
+    def qconst(self, expr) -> _QConst:
+        """A dequantized constant (weights, biases), through reshape and permute_dims."""
+        e = self.resolve(expr)
+        name = _op(e)
+        if name == "relax.dequantize":
+            q = self.const_int(e.args[0])
+            full = [_broadcast(self.const_int(a).astype(np.float64), q.shape,
+                               int(e.attrs.axis)) for a in e.args[1:3]]
+            return _QConst(q, full[0], full[1])
+        if name == "relax.reshape":
+            shape = _shape(e)
+            return self.qconst(e.args[0]).apply(lambda a: a.reshape(shape))
+        if name == "relax.permute_dims":
+            axes = _axes(e)
+            return self.qconst(e.args[0]).apply(lambda a: np.transpose(a, axes))
+        raise _NoMatch("weights are not a dequantized constant")
+
+    def qact(self, expr) -> _QAct:
+        """A dequantized int8 activation with one scale and zero point."""
+        from tvm import relax
+
+        e = self.resolve(expr)
+        if _op(e) != "relax.dequantize" or not isinstance(e.args[0], relax.Var):
+            raise _NoMatch("input is not a dequantized tensor")
+        src = e.args[0]
+        if _dtype(src) != "int8":
+            raise _NoMatch(f"input is {_dtype(src)}, not int8")
+        try:
+            self.const_int(src)
+        except _NoMatch:
+            pass
+        else:
+            raise _NoMatch("input is a constant")
+        scale, zero = (self.const_int(a).reshape(-1) for a in e.args[1:3])
+        if scale.size != 1 or zero.size != 1:
+            raise _NoMatch("per-channel activation quantization")
+        return _QAct(src, float(scale[0]), int(zero[0]))
+
+
+def _axes(e) -> list[int]:
+    axes = e.attrs.axes
+    n = len(e.args[0].ty.shape)
+    return [int(a) for a in axes] if axes is not None else list(range(n))[::-1]
+
+
+def _broadcast(values: np.ndarray, shape: tuple[int, ...], axis: int) -> np.ndarray:
+    values = values.reshape(-1)
+    if values.size == 1:
+        return np.full(shape, values[0])
+    axis = axis % len(shape)
+    view = [1] * len(shape)
+    view[axis] = -1
+    return np.broadcast_to(values.reshape(view), shape).copy()
+
+
+def _quant_params(graph: _Graph, call) -> tuple[float, int]:
+    scale, zero = (graph.const_int(a).reshape(-1) for a in call.args[1:3])
+    if scale.size != 1 or zero.size != 1:
+        raise _NoMatch("per-channel output quantization")
+    return float(scale[0]), int(zero[0])
+
+
+def _requant(in_scale: float, w_scales: np.ndarray, out_scale: float, zero_out: int,
+             act: tuple[int, int]) -> qkernels.Requant:
+    """TFLite's per-channel (or per-tensor) requantization: in·w/out as multiplier, shift."""
+    pairs = [quantize_multiplier(in_scale * float(s) / out_scale) for s in w_scales]
+    if len(pairs) == 1 or all(p == pairs[0] for p in pairs):
+        return qkernels.Requant(pairs[0][0], pairs[0][1], zero_out, *act)
+    return qkernels.Requant(np.array([p[0] for p in pairs], np.int64),
+                            np.array([p[1] for p in pairs], np.int64), zero_out, *act)
+
+
+@dataclass
+class _Rewrite:
+    """One integer kernel replacing a pattern: its inputs (original vars) and constants."""
+
+    kind: str
+    name: str
+    kernel: qkernels.Kernel
+    inputs: list
+    out_shape: tuple[int, ...]
+
+
+class _Matcher:
+    def __init__(self, graph: _Graph) -> None:
+        self.g = graph
+
+    def root(self, value, act: tuple[int, int]) -> _Rewrite | None:
+        """The rewrite for a quantize (or pool) binding value, None if it is not one."""
+        name = _op(value)
+        if name == "relax.quantize" and _dtype(value) == "int8":
+            inner = self.g.resolve(value.args[0])
+            kind = _op(inner)
+            if kind == "relax.add" and self._is_bias_add(inner):
+                return self._weighted(value, inner, act)
+            if kind in ("relax.nn.conv2d", "relax.matmul"):
+                return self._weighted(value, inner, act)
+            if kind == "relax.nn.softmax":
+                return self._softmax(value, inner)
+            if kind == "relax.add":
+                return self._add(value, inner, act)
+            raise _NoMatch(f"no integer kernel for {(kind or 'op').removeprefix('relax.')}")
+        if name == "relax.astype" and _dtype(value) == "int8":
+            inner = self.g.resolve(value.args[0])
+            if _op(inner) == "relax.nn.avg_pool2d":
+                return self._avg_pool(value, inner, act)
+        return None
+
+    def _is_bias_add(self, add) -> bool:
+        kinds = {_op(self.g.resolve(a)) for a in add.args}
+        return bool(kinds & {"relax.nn.conv2d", "relax.matmul"})
+
+    def _weighted(self, quant, inner, act) -> _Rewrite:
+        bias = None
+        body = inner
+        if _op(inner) == "relax.add":
+            a, b = inner.args
+            if _op(self.g.resolve(a)) not in ("relax.nn.conv2d", "relax.matmul"):
+                a, b = b, a
+            body = self.g.resolve(a)
+            bq = self.g.qconst(b)
+            if bq.q.dtype != np.int32 or np.any(bq.zero != 0):
+                raise _NoMatch("bias is not int32 with zero point 0")
+            bias = bq.q.reshape(-1)
+        out_scale, zero_out = _quant_params(self.g, quant)
+        if _op(body) == "relax.nn.conv2d":
+            return self._conv2d(quant, body, bias, out_scale, zero_out, act)
+        return self._dense(quant, body, bias, out_scale, zero_out, act)
+
+    def _weights(self, expr) -> _QConst:
+        w = self.g.qconst(expr)
+        if w.q.dtype != np.int8 or np.any(w.zero != 0):
+            raise _NoMatch("weights are not int8 with zero point 0")
+        return w
+
+    def _conv2d(self, quant, conv, bias, out_scale, zero_out, act) -> _Rewrite:
+        a = conv.attrs
+        if a.data_layout != "NHWC" or (a.out_layout or "NHWC") != "NHWC":
+            raise _NoMatch(f"conv2d layout {a.data_layout}")
+        x = self.g.qact(conv.args[0])
+        w = self._weights(conv.args[1])
+        layout = str(a.kernel_layout)
+        if sorted(layout) != sorted("OIHW"):
+            raise _NoMatch(f"kernel layout {layout}")
+        w = w.apply(lambda t: np.transpose(t, [layout.index(c) for c in "OHWI"]))
+        x_shape, out_shape = _shape(x.var), _shape(quant)
+        cin, cout, groups = x_shape[3], out_shape[3], int(a.groups)
+        depthwise = groups == cin and groups > 1 and w.q.shape[3] == 1
+        if groups != 1 and not depthwise:
+            raise _NoMatch(f"grouped conv2d ({groups} groups)")
+        scales = _per_channel(w.scale, 0)
+        if scales is None:
+            raise _NoMatch("weight scales vary inside a channel")
+        q = w.q.astype(np.int64)
+        sums = q.reshape(cout, -1).sum(axis=1)
+        bias = np.zeros(cout, np.int64) if bias is None else bias.astype(np.int64)
+        adjusted = bias - x.zero * sums
+        weights = np.transpose(q[..., 0], (1, 2, 0)) if depthwise else q
+        kernel = qkernels.conv2d_nhwc(
+            x_shape, weights, adjusted, out_shape, _pair(a.strides), tuple(int(p) for p in
+                                                                            a.padding),
+            _pair(a.dilation), x.zero, _requant(x.scale, scales, out_scale, zero_out, act),
+            depthwise)
+        kind = "depthwise_conv2d" if depthwise else "conv2d"
+        return _Rewrite(kind, f"q_{kind}", kernel, [x.var], out_shape)
+
+    def _dense(self, quant, mm, bias, out_scale, zero_out, act) -> _Rewrite:
+        x = self.g.qact(mm.args[0])
+        w = self._weights(mm.args[1])
+        x_shape, out_shape = _shape(x.var), _shape(quant)
+        if len(x_shape) != 2 or w.q.ndim != 2 or len(out_shape) != 2:
+            raise _NoMatch("matmul that is not [batch, K] x [K, units]")
+        scales = _per_channel(w.scale, 1)
+        if scales is None:
+            raise _NoMatch("weight scales vary inside a unit")
+        q = w.q.T.astype(np.int64)  # [units, K]
+        bias = np.zeros(q.shape[0], np.int64) if bias is None else bias.astype(np.int64)
+        adjusted = bias - x.zero * q.sum(axis=1)
+        kernel = qkernels.dense(x_shape[0], q, adjusted,
+                                _requant(x.scale, scales, out_scale, zero_out, act))
+        return _Rewrite("dense", "q_dense", kernel, [x.var], out_shape)
+
+    def _softmax(self, quant, sm) -> _Rewrite:
+        x = self.g.qact(sm.args[0])
+        out_scale, zero_out = _quant_params(self.g, quant)
+        shape = _shape(x.var)
+        if int(sm.attrs.axis) % len(shape) != len(shape) - 1:
+            raise _NoMatch("softmax not over the last axis")
+        if out_scale != 1.0 / 256 or zero_out != -128:
+            raise _NoMatch("int8 softmax output must have scale 1/256, zero point -128")
+        try:
+            multiplier, shift, diff_min = softmax_params(x.scale)
+        except ValueError as exc:
+            raise _NoMatch(str(exc)) from exc
+        return _Rewrite("softmax", "q_softmax", qkernels.softmax(shape, multiplier, shift,
+                                                                 diff_min), [x.var], shape)
+
+    def _add(self, quant, add, act) -> _Rewrite:
+        a, b = (self.g.qact(arg) for arg in add.args)
+        out_scale, zero_out = _quant_params(self.g, quant)
+        twice_max = 2.0 * max(a.scale, b.scale)
+        mult_a = quantize_multiplier(a.scale / twice_max)
+        mult_b = quantize_multiplier(b.scale / twice_max)
+        mult_out = quantize_multiplier(twice_max / ((1 << ADD_LEFT_SHIFT) * out_scale))
+        out_shape = _shape(quant)
+        kernel = qkernels.add(_shape(a.var), _shape(b.var), out_shape, -a.zero, -b.zero,
+                              mult_a, mult_b, mult_out, ADD_LEFT_SHIFT, zero_out, *act)
+        return _Rewrite("add", "q_add", kernel, [a.var, b.var], out_shape)
+
+    def _avg_pool(self, cast, pool, act) -> _Rewrite:
+        src = self.g.resolve(pool.args[0])
+        if _op(src) != "relax.astype" or _dtype(src.args[0]) != "int8":
+            raise _NoMatch("average pool of something other than an int8 tensor")
+        a = pool.attrs
+        if a.layout != "NHWC" or (a.out_layout or "NHWC") != "NHWC" or a.ceil_mode \
+                or a.count_include_pad or any(int(d) != 1 for d in a.dilation):
+            raise _NoMatch("average pool attributes TFLite does not use")
+        x = src.args[0]
+        out_shape = _shape(cast)
+        kernel = qkernels.avg_pool2d_nhwc(_shape(x), out_shape, _pair(a.pool_size),
+                                          _pair(a.strides), tuple(int(p) for p in a.padding),
+                                          *act)
+        return _Rewrite("avg_pool2d", "q_avg_pool2d", kernel, [x], out_shape)
+
+
+def _pair(values) -> tuple[int, int]:
+    v = [int(x) for x in values]
+    return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+
+
+def _clip_range(graph: _Graph, var) -> tuple[object, tuple[int, int]] | None:
+    """The clip binding that is `var`'s only user, with its integer range."""
+    user = graph.users.get(var)
+    if graph.uses[var] != 1 or user is None or _op(user.value) != "relax.clip":
+        return None
+    lo, hi = (float(v.value) for v in user.value.args[1:3])
+    return user, (max(-128, int(lo)), min(127, int(hi)))
+
+
+def _is_quantized(mod) -> bool:
+    return "relax.dequantize" in mod["main"].script(show_meta=False).replace("R.", "relax.")
+
+
+def integer_rewrite(mod) -> tuple[object, QuantReport]:
+    """`mod` with every recognised quantized pattern replaced by an integer kernel."""
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    report = QuantReport()
+    if "main" not in [gv.name_hint for gv in mod.functions] or not _is_quantized(mod):
+        return mod, report
+    graph = _Graph(mod["main"])
+    matcher = _Matcher(graph)
+    plans: dict = {}  # the binding value to replace → its rewrite
+    for binding in graph.order:
+        clip = _clip_range(graph, binding.var)
+        act = clip[1] if clip else (-128, 127)
+        try:
+            rewrite = matcher.root(binding.value, act)
+        except _NoMatch as exc:
+            inner = graph.resolve(binding.value.args[0])
+            report.fallback.append(((_op(inner) or "?").removeprefix("relax."), str(exc)))
+            continue
+        if rewrite is None:
+            continue
+        plans[clip[0].value if clip else binding.value] = rewrite
+        report.integer.append(rewrite.kind)
+    if not plans:
+        return mod, report
+
+    @mutator
+    class Rewriter(PyExprMutator):
+        def visit_call_(self, op):
+            rewrite = plans.get(op)
+            if rewrite is None:
+                return super().visit_call_(op)
+            gv = self.builder_.add_func(rewrite.kernel.func, rewrite.name)
+            args = [self.visit_expr(v) for v in rewrite.inputs]
+            args += [relax.const(c) for c in rewrite.kernel.constants]
+            return relax.call_tir(gv, args, relax.TensorType(rewrite.out_shape, "int8"))
+
+    rewriter = Rewriter(mod)
+    new_main = rewriter.visit_expr(mod["main"])
+    out = rewriter.builder_.get()
+    out["main"] = new_main
+    out = relax.transform.DeadCodeElimination()(out)
+    return out, report
