@@ -70,8 +70,7 @@ class TirArith:
         self.t = tirx
         self._stores: list = []
         self.used = {"int32": 0, "int64": 0}
-        self.scratch = {dt: tirx.decl_buffer((max(scratch_slots, 1),), dt, f"fx_{dt}",
-                                             scope="local")
+        self.scratch = {dt: tirx.decl_buffer((max(scratch_slots, 1),), dt, f"fx_{dt}")
                         for dt in self.used} if scratch_slots else {}
 
     def shared(self, value):

@@ -229,9 +229,10 @@ def softmax(shape: tuple[int, ...], input_multiplier: int, input_left_shift: int
     _softmax_body(counting, shape, input_multiplier, input_left_shift, diff_min)
     ar = TirArith(scratch_slots=max(counting.used.values()))
     x = te.placeholder(shape, "int8", "x")
-    out = te.extern(shape, [x], lambda ins, outs: _softmax_body(
+    buffers = [tirx.decl_buffer(x.shape, "int8", name) for name in ("x_buf", "out_buf")]
+    out = te.extern(x.shape, [x], lambda ins, outs: _softmax_body(
         ar, shape, input_multiplier, input_left_shift, diff_min, ins[0], outs[0]),
-        name="softmax", dtype="int8")
+        name="softmax", dtype="int8", in_buffers=buffers[:1], out_buffers=buffers[1:])
     return Kernel(_func([x, out]), [])
 
 
@@ -260,7 +261,7 @@ def _softmax_body(ar: TirArith, shape, input_multiplier: int, input_left_shift: 
     def loop(var, extent, body):
         return t.For(var, t.const(0, i32), t.const(extent, i32), t.ForKind.SERIAL, body)
 
-    acc = t.decl_buffer((3,), i32, "acc", scope="local")
+    acc = t.decl_buffer((3,), i32, "acc")
     r, c, k = t.Var("r", i32), t.Var("c", i32), t.Var("k", i32)
     row_max, total = t.Var("row_max", i32), t.Var("sum_of_exps", i32)
 
