@@ -181,6 +181,9 @@ class Export(Command):
                            for t in r.inputs],
                 "outputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
                             for t in r.outputs],
+                "integer_ops": r.quant.integer,
+                "float_fallback": [{"operator": op, "reason": why}
+                                   for op, why in r.quant.fallback],
                 "notes": r.notes})
             return EXIT_OK
         print(f"exported {r.path}: module '{r.module}', {r.calls} kernel calls "
@@ -191,6 +194,10 @@ class Export(Command):
         print(f"  plan    activations {r.plan.pool_bytes} B, lower bound "
               f"{r.plan.lower_bound} B ({r.plan.ratio:.2f}x); weights "
               f"{_fmt_bytes(r.constants_bytes)} in flash")
+        if r.quant.integer or r.quant.fallback:
+            print(f"  int8    {r.quant.summary()}")
+            for op, why in r.quant.fallback:
+                print(f"  float   {op}: {why}")
         for note in r.notes:
             print(f"  note    {note}")
         return EXIT_OK

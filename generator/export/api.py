@@ -17,6 +17,7 @@ from generator.export.mlf_writer import (
     write_archive,
 )
 from generator.export.planner import Plan
+from generator.export.quantize import QuantReport
 
 TARGET = "c -keys=cpu"
 
@@ -33,6 +34,7 @@ class ExportResult:
     outputs: list[ccode.IoTensor]
     seconds: float
     notes: list[str] = field(default_factory=list)
+    quant: QuantReport = field(default_factory=QuantReport)
 
 
 def export_model(model: Path, dest: Path, shapes: dict[str, tuple[int, ...]] | None = None,
@@ -77,7 +79,7 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
     notes = [f"output '{n}' is copied after the last kernel" for n in code.copied_outputs]
     return ExportResult(dest, module, len({c.kernel for c in program.calls}),
                         len(program.calls), code.plan, code.constants_bytes, code.inputs,
-                        code.outputs, time.monotonic() - start, notes)
+                        code.outputs, time.monotonic() - start, notes, lowered.quant)
 
 
 def _tensor_meta(t: ccode.IoTensor) -> dict:
@@ -126,6 +128,9 @@ def _metadata(module: str, lowered, code: ccode.AotCode, origin: str) -> dict:
                      "placement": "flash", "size_bytes": code.constants_bytes},
                 ],
                 "calls": [c.kernel for c in program.calls],
+                "quantization": {"integer": lowered.quant.integer,
+                                 "float_fallback": [{"operator": op, "reason": why}
+                                                    for op, why in lowered.quant.fallback]},
                 "memory": {"functions": {
                     "main": [main_usage],
                     "operator_functions": [{"function_name": f"tvmgen_{module}_{k}",

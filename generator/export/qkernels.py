@@ -197,26 +197,77 @@ def add(a_shape: tuple[int, ...], b_shape: tuple[int, ...], out_shape: tuple[int
         act_max: int) -> Kernel:
     """TFLite's int8 add (numpy broadcasting): both inputs shifted left, rescaled to a
     common scale, summed, and rescaled to the output."""
-    ar = TirArith()
-    a = te.placeholder(a_shape, "int8", "a")
-    b = te.placeholder(b_shape, "int8", "b")
 
     def index(shape, idx):
         lead = len(idx) - len(shape)
-        return [0 if d == 1 else i for d, i in zip(shape, idx[lead:], strict=True)]
+        return [tirx.const(0, "int32") if d == 1 else i
+                for d, i in zip(shape, idx[lead:], strict=True)]
 
-    def scaled(t, shape, offset, mult, idx):
-        v = (t[tuple(index(shape, idx))].astype("int32") + offset) * (1 << left_shift)
-        return multiply_by_quantized_multiplier(ar, v, mult[0], mult[1])
+    def element(ar: TirArith, bufs, idx):
+        a, b = bufs
 
-    def body(*idx):
-        total = scaled(a, a_shape, a_offset, a_mult, idx) + scaled(b, b_shape, b_offset,
-                                                                   b_mult, idx)
+        def scaled(buf, shape, offset, mult):
+            v = (tirx.Cast("int32", tirx.BufferLoad(buf, index(shape, idx))) + offset) \
+                * (1 << left_shift)
+            return ar.shared(multiply_by_quantized_multiplier(ar, ar.shared(v), *mult))
+
+        total = ar.shared(scaled(a, a_shape, a_offset, a_mult)
+                          + scaled(b, b_shape, b_offset, b_mult))
         out = multiply_by_quantized_multiplier(ar, total, out_mult[0], out_mult[1])
         return _clamp_int8(out + zero_out, act_min, act_max)
 
-    out = te.compute(out_shape, body, name="out")
-    return Kernel(_func([a, b, out]), [])
+    return _pointwise([a_shape, b_shape], out_shape, element, "add")
+
+
+def _pointwise(in_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...], element,
+               name: str) -> Kernel:
+    """An elementwise int8 kernel written as TIR statements: one loop nest over the output,
+    the fixed-point steps of each element kept in a local scratch array (a long expression
+    with shared parts would grow too large for TVM's simplifier)."""
+    t = tirx
+
+    def body(ar: TirArith, ins, out):
+        ar.restart()
+        idx = [t.Var(f"i{d}", "int32") for d in range(len(out_shape))]
+        value = element(ar, ins, idx)
+        stmt = _seq([*ar.take_stores(), t.BufferStore(out, value, idx)])
+        for var, extent in reversed(list(zip(idx, out_shape, strict=True))):
+            stmt = t.For(var, t.const(0, "int32"), t.const(extent, "int32"),
+                         t.ForKind.SERIAL, stmt)
+        return _seq([*(t.AllocBuffer(b) for b in ar.scratch.values()), stmt])
+
+    counting = TirArith(scratch_slots=1)
+    body(counting, [t.decl_buffer(s, "int8") for s in in_shapes],
+         t.decl_buffer(out_shape, "int8"))
+    ar = TirArith(scratch_slots=max(counting.used.values()))
+    xs = [te.placeholder(s, "int8", f"x{i}") for i, s in enumerate(in_shapes)]
+    in_bufs = [t.decl_buffer(x.shape, "int8", f"x{i}_buf") for i, x in enumerate(xs)]
+    out_tensor = te.compute(out_shape, lambda *i: t.const(0, "int8"))  # only for its shape
+    out_buf = t.decl_buffer(out_tensor.shape, "int8", "out_buf")
+    out = te.extern(out_tensor.shape, xs, lambda ins, outs: body(ar, ins, outs[0]),
+                    name=name, dtype="int8", in_buffers=in_bufs, out_buffers=[out_buf])
+    return Kernel(_func([*xs, out]), [])
+
+
+def concat(shapes: list[tuple[int, ...]], axis: int) -> Kernel:
+    """int8 tensors joined along `axis` (they share the output's quantization, as TFLite
+    requires, so this is a copy)."""
+    inputs = [te.placeholder(shape, "int8", f"x{i}") for i, shape in enumerate(shapes)]
+    starts = np.cumsum([0] + [s[axis] for s in shapes])
+    out_shape = list(shapes[0])
+    out_shape[axis] = int(starts[-1])
+
+    def body(*idx):
+        value = None
+        for x, start, end in reversed(list(zip(inputs, starts[:-1], starts[1:], strict=True))):
+            local = list(idx)
+            local[axis] = idx[axis] - int(start)
+            load = x[tuple(local)]
+            value = load if value is None else tirx.Select(idx[axis] < int(end), load, value)
+        return value
+
+    out = te.compute(tuple(out_shape), body, name="out")
+    return Kernel(_func([*inputs, out]), [])
 
 
 def softmax(shape: tuple[int, ...], input_multiplier: int, input_left_shift: int,

@@ -11,6 +11,7 @@ it does not recognise keep the float path, and the report says which.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ import numpy as np
 from generator.export import qkernels
 from generator.export.fixedpoint import quantize_multiplier, softmax_params
 
+# int8 operators the frontend already writes in integer form, exact as they are
+_INTEGER_AS_IS = ("relax.nn.max_pool2d", "relax.nn.pad", "relax.reshape", "relax.concat")
 ADD_LEFT_SHIFT = 20  # TFLite's int8 add: inputs are shifted left by 20 bits before rescaling
 
 
@@ -217,7 +220,7 @@ class _Matcher:
         """The rewrite for a quantize (or pool) binding value, None if it is not one."""
         name = _op(value)
         if name == "relax.quantize" and _dtype(value) == "int8":
-            inner = self.g.resolve(value.args[0])
+            inner, act = self._float_activation(value, self.g.resolve(value.args[0]), act)
             kind = _op(inner)
             if kind == "relax.add" and self._is_bias_add(inner):
                 return self._weighted(value, inner, act)
@@ -227,12 +230,29 @@ class _Matcher:
                 return self._softmax(value, inner)
             if kind == "relax.add":
                 return self._add(value, inner, act)
+            if kind == "relax.concat":
+                return self._concat(value, inner)
             raise _NoMatch(f"no integer kernel for {(kind or 'op').removeprefix('relax.')}")
         if name == "relax.astype" and _dtype(value) == "int8":
             inner = self.g.resolve(value.args[0])
             if _op(inner) == "relax.nn.avg_pool2d":
                 return self._avg_pool(value, inner, act)
         return None
+
+    def _float_activation(self, quant, inner, act: tuple[int, int]):
+        """A relu or clip in float before the quantize (the frontend writes add's fused
+        activation so) as the integer range TFLite clamps to: zp + round(limit / scale)."""
+        name = _op(inner)
+        if name not in ("relax.nn.relu", "relax.clip"):
+            return inner, act
+        scale, zero = _quant_params(self.g, quant)
+        limits = [0.0, None] if name == "relax.nn.relu" else \
+            [float(v.value) for v in inner.args[1:3]]
+        q = [None if f is None else zero + _round_away(np.float32(f) / np.float32(scale))
+             for f in limits]
+        lo = act[0] if q[0] is None else max(act[0], q[0])
+        hi = act[1] if q[1] is None else min(act[1], q[1])
+        return self.g.resolve(inner.args[0]), (lo, hi)
 
     def _is_bias_add(self, add) -> bool:
         kinds = {_op(self.g.resolve(a)) for a in add.args}
@@ -335,6 +355,20 @@ class _Matcher:
                               mult_a, mult_b, mult_out, ADD_LEFT_SHIFT, zero_out, *act)
         return _Rewrite("add", "q_add", kernel, [a.var, b.var], out_shape)
 
+    def _concat(self, quant, cat) -> _Rewrite:
+        from tvm import relax
+
+        if not isinstance(cat.args[0], relax.Tuple):
+            raise _NoMatch("concatenation of a tuple variable")
+        parts = [self.g.qact(f) for f in cat.args[0].fields]
+        out = _quant_params(self.g, quant)
+        if any((p.scale, p.zero) != out for p in parts):
+            raise _NoMatch("inputs quantized differently from the output")
+        shapes = [_shape(p.var) for p in parts]
+        axis = int(cat.attrs.axis) % len(shapes[0])
+        return _Rewrite("concatenation", "q_concat", qkernels.concat(shapes, axis),
+                        [p.var for p in parts], _shape(quant))
+
     def _avg_pool(self, cast, pool, act) -> _Rewrite:
         src = self.g.resolve(pool.args[0])
         if _op(src) != "relax.astype" or _dtype(src.args[0]) != "int8":
@@ -351,6 +385,11 @@ class _Matcher:
         return _Rewrite("avg_pool2d", "q_avg_pool2d", kernel, [x], out_shape)
 
 
+def _round_away(x: float) -> int:
+    """Round half away from zero (TfLiteRound), not numpy's half to even."""
+    return int(math.copysign(math.floor(abs(float(x)) + 0.5), float(x)))
+
+
 def _pair(values) -> tuple[int, int]:
     v = [int(x) for x in values]
     return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
@@ -365,17 +404,13 @@ def _clip_range(graph: _Graph, var) -> tuple[object, tuple[int, int]] | None:
     return user, (max(-128, int(lo)), min(127, int(hi)))
 
 
-def _is_quantized(mod) -> bool:
-    return "relax.dequantize" in mod["main"].script(show_meta=False).replace("R.", "relax.")
-
-
 def integer_rewrite(mod) -> tuple[object, QuantReport]:
     """`mod` with every recognised quantized pattern replaced by an integer kernel."""
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     report = QuantReport()
-    if "main" not in [gv.name_hint for gv in mod.functions] or not _is_quantized(mod):
+    if "main" not in [gv.name_hint for gv in mod.functions]:
         return mod, report
     graph = _Graph(mod["main"])
     matcher = _Matcher(graph)
@@ -390,6 +425,9 @@ def integer_rewrite(mod) -> tuple[object, QuantReport]:
             report.fallback.append(((_op(inner) or "?").removeprefix("relax."), str(exc)))
             continue
         if rewrite is None:
+            if _op(binding.value) in _INTEGER_AS_IS and _dtype(binding.value) == "int8":
+                report.integer.append(_op(binding.value).removeprefix("relax.nn.")
+                                      .removeprefix("relax."))
             continue
         plans[clip[0].value if clip else binding.value] = rewrite
         report.integer.append(rewrite.kind)

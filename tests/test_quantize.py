@@ -1,0 +1,247 @@
+"""Quantized models stay integer: every int8 operator the exporter rewrites gives exactly
+TensorFlow Lite Micro's bytes (single-operator models built in tests/tflite_models.py,
+run as the archive's C); the fixed-point primitives; the float fallback and its report.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from generator.export import export_model, export_relax
+from generator.export.fixedpoint import (
+    INT32_MAX,
+    INT32_MIN,
+    PyArith,
+    exp_on_negative_values,
+    multiply_by_quantized_multiplier,
+    one_over_one_plus_x,
+    quantize_multiplier,
+    softmax_params,
+)
+from tests.c_runner import CModel
+from tests.tflite_models import (
+    QTensor,
+    add_model,
+    avg_pool_model,
+    concat_model,
+    conv2d_model,
+    conv_output_size,
+    depthwise_conv2d_model,
+    fully_connected_model,
+    max_pool_model,
+    random_input,
+    random_weights_and_bias,
+    reshape_model,
+    softmax_model,
+    softmax_output,
+)
+
+SAMPLES = 4  # random inputs per model
+
+
+def tflm(path: Path, inputs: list[np.ndarray]) -> np.ndarray:
+    runtime = pytest.importorskip("tflite_micro.python.tflite_micro.runtime",
+                                  reason="tflite-micro (the [test] extra) is the oracle")
+    interp = runtime.Interpreter.from_file(str(path))
+    for i, x in enumerate(inputs):
+        interp.set_input(x, i)
+    interp.invoke()
+    return np.array(interp.get_output(0))
+
+
+def check_bit_exact(buf: bytes, inputs: list[QTensor], tmp_path: Path, kinds: set[str],
+                    seed: int = 0) -> None:
+    """Export the model, run its C, and compare every output byte with TFLite Micro."""
+    path = tmp_path / "model.tflite"
+    path.write_bytes(buf)
+    result = export_model(path, tmp_path / "model.tar")
+    assert not result.quant.fallback, result.quant.fallback
+    assert kinds <= set(result.quant.integer), result.quant.integer
+    model = CModel(result, tmp_path)
+    rng = np.random.default_rng(seed)
+    for _ in range(SAMPLES):
+        xs = [random_input(rng, t) for t in inputs]
+        got = model(*xs)[0]
+        want = tflm(path, xs)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes(), np.abs(got.astype(int) - want).max()
+
+
+# ---- operators against TFLite Micro -------------------------------------------------------
+
+@pytest.mark.parametrize("stride,padding,activation,dilation,per_channel", [
+    ((1, 1), "SAME", "NONE", (1, 1), True),
+    ((2, 2), "VALID", "RELU", (1, 1), True),
+    ((1, 2), "SAME", "RELU6", (2, 1), True),
+    ((1, 1), "SAME", "NONE", (1, 1), False),
+])
+def test_conv2d(stride, padding, activation, dilation, per_channel, tmp_path):
+    rng = np.random.default_rng(1)
+    inp = QTensor((1, 9, 8, 3), 0.05, 4)
+    weights, bias = random_weights_and_bias(rng, (5, 3, 3, 3), inp.scales[0],
+                                            per_channel=per_channel)
+    oh = conv_output_size(9, 3, stride[0], padding, dilation[0])
+    ow = conv_output_size(8, 3, stride[1], padding, dilation[1])
+    out = QTensor((1, oh, ow, 5), 0.1, -3)
+    buf = conv2d_model(inp, weights, bias, out, stride, padding, activation, dilation)
+    check_bit_exact(buf, [inp], tmp_path, {"conv2d"})
+
+
+@pytest.mark.parametrize("multiplier,stride,padding,activation", [
+    (1, (1, 1), "SAME", "NONE"),
+    (2, (2, 2), "VALID", "RELU"),
+])
+def test_depthwise_conv2d(multiplier, stride, padding, activation, tmp_path):
+    rng = np.random.default_rng(2)
+    inp = QTensor((1, 7, 7, 4), 0.04, -2)
+    weights, bias = random_weights_and_bias(rng, (1, 3, 3, 4 * multiplier), inp.scales[0],
+                                            quantized_dimension=3)
+    oh = conv_output_size(7, 3, stride[0], padding)
+    out = QTensor((1, oh, oh, 4 * multiplier), 0.08, 1)
+    buf = depthwise_conv2d_model(inp, weights, bias, out, stride, padding, activation,
+                                 depth_multiplier=multiplier)
+    check_bit_exact(buf, [inp], tmp_path, {"depthwise_conv2d"})
+
+
+@pytest.mark.parametrize("in_shape,per_channel,activation", [
+    ((2, 16), False, "NONE"),
+    ((2, 16), True, "RELU"),
+    ((1, 2, 2, 4), False, "NONE"),  # flattened to [1, 16], as TFLite does
+])
+def test_fully_connected(in_shape, per_channel, activation, tmp_path):
+    rng = np.random.default_rng(3)
+    inp = QTensor(in_shape, 0.03, 5)
+    weights, bias = random_weights_and_bias(rng, (10, 16), inp.scales[0],
+                                            per_channel=per_channel)
+    out = QTensor((int(np.prod(in_shape)) // 16, 10), 0.15, -7)
+    buf = fully_connected_model(inp, weights, bias, out, activation)
+    check_bit_exact(buf, [inp], tmp_path, {"dense"})
+
+
+@pytest.mark.parametrize("shape_b,activation", [((1, 4, 4, 8), "NONE"), ((1, 1, 1, 8), "RELU")])
+def test_add(shape_b, activation, tmp_path):
+    a, b = QTensor((1, 4, 4, 8), 0.05, 3), QTensor(shape_b, 0.02, -10)
+    out = QTensor((1, 4, 4, 8), 0.07, 2)
+    check_bit_exact(add_model(a, b, out, activation), [a, b], tmp_path, {"add"})
+
+
+@pytest.mark.parametrize("filt,stride,padding", [((2, 2), (2, 2), "VALID"),
+                                                 ((3, 3), (2, 2), "SAME")])
+def test_avg_pool(filt, stride, padding, tmp_path):
+    inp = QTensor((1, 7, 6, 3), 0.05, -4)
+    oh = conv_output_size(7, filt[0], stride[0], padding)
+    ow = conv_output_size(6, filt[1], stride[1], padding)
+    out = QTensor((1, oh, ow, 3), 0.05, -4)
+    check_bit_exact(avg_pool_model(inp, out, filt, stride, padding), [inp], tmp_path,
+                    {"avg_pool2d"})
+
+
+def test_max_pool_is_integer_as_is(tmp_path):
+    inp = QTensor((1, 6, 6, 2), 0.05, 3)
+    out = QTensor((1, 3, 3, 2), 0.05, 3)
+    check_bit_exact(max_pool_model(inp, out, (2, 2), (2, 2)), [inp], tmp_path, {"max_pool2d"})
+
+
+def test_concatenation(tmp_path):
+    parts = [QTensor((1, 2, 3, c), 0.04, -1) for c in (2, 5)]
+    out = QTensor((1, 2, 3, 7), 0.04, -1)
+    check_bit_exact(concat_model(parts, out, 3), parts, tmp_path, {"concatenation"})
+
+
+def test_reshape_is_integer_as_is(tmp_path):
+    inp = QTensor((1, 4, 6), 0.1, 0)
+    out = QTensor((1, 24), 0.1, 0)
+    buf = reshape_model(inp, out, (1, 24))
+    path = tmp_path / "model.tflite"
+    path.write_bytes(buf)
+    result = export_model(path, tmp_path / "model.tar")
+    assert result.quant.integer == ["reshape"] and not result.quant.fallback
+
+
+@pytest.mark.parametrize("shape,scale", [((1, 10), 0.1), ((3, 7), 0.02), ((2, 12), 0.6)])
+def test_softmax(shape, scale, tmp_path):
+    inp = QTensor(shape, scale, 7)
+    check_bit_exact(softmax_model(inp, softmax_output(shape)), [inp], tmp_path, {"softmax"})
+
+
+# ---- the fixed-point primitives -----------------------------------------------------------
+
+def test_saturating_rounding_doubling_high_multiply():
+    ar = PyArith()
+    assert ar.srdhm(INT32_MIN, INT32_MIN) == INT32_MAX  # the one overflow case
+    assert ar.srdhm(1 << 30, 1 << 30) == 1 << 29  # 0.5 · 0.5 in Q0.31
+    assert ar.srdhm(-(1 << 30), 1 << 30) == -(1 << 29)
+    assert ar.srdhm(3, 1 << 30) == 2  # 1.5 rounds up
+    assert ar.srdhm(-3, 1 << 30) == -1  # -1.5 too: gemmlowp's nudge for negative products
+    assert ar.srdhm(-5, 1 << 30) == -2
+
+
+def test_rounding_divide_by_power_of_two():
+    ar = PyArith()
+    assert [ar.rdbp(v, 1) for v in (5, -5, 6, -6, 7, -7)] == [3, -3, 3, -3, 4, -4]
+    assert ar.rdbp(-1, 31) == 0 and ar.rdbp(INT32_MAX, 31) == 1
+
+
+def test_quantize_multiplier():
+    assert quantize_multiplier(0.0) == (0, 0)
+    assert quantize_multiplier(0.5) == (1 << 30, 0)
+    assert quantize_multiplier(1.0) == (1 << 30, 1)
+    m, s = quantize_multiplier(0.0123)
+    assert (1 << 30) <= m < (1 << 31) and abs(m * 2.0 ** (s - 31) - 0.0123) < 1e-9
+    assert quantize_multiplier(1 - 2 ** -40) == (1 << 30, 1)  # rounds up to 2**31: halved
+    # x · 0.0123 with TFLite's rounding, for a few accumulators
+    for x in (0, 1, -1, 12345, -12345, 1 << 20):
+        got = multiply_by_quantized_multiplier(PyArith(), x, m, s)
+        assert abs(got - x * 0.0123) <= 1
+
+
+def test_fixed_point_exp_and_reciprocal_track_the_real_functions():
+    ar = PyArith()
+    for a in np.linspace(-31.9, 0, 97):
+        raw = int(round(a * (1 << 26)))
+        assert abs(exp_on_negative_values(ar, raw) / 2 ** 31 - math.exp(raw / 2 ** 26)) < 1e-6
+    assert exp_on_negative_values(ar, 0) == INT32_MAX
+    for x in np.linspace(0, 0.999, 50):
+        raw = int(x * 2 ** 31)
+        assert abs(one_over_one_plus_x(ar, raw) / 2 ** 31 - 1 / (1 + raw / 2 ** 31)) < 1e-6
+
+
+def test_softmax_params():
+    multiplier, shift, diff_min = softmax_params(0.14469251)
+    assert (1 << 30) <= multiplier < (1 << 31) and shift >= 0 and diff_min < 0
+    with pytest.raises(ValueError):
+        softmax_params(1e-12)
+
+
+# ---- the float fallback -------------------------------------------------------------------
+
+def test_an_operator_without_integer_kernel_falls_back_to_float(tmp_path, capsys):
+    """dequantize → sigmoid → quantize has no integer kernel: it runs in float, exactly as
+    TVM's own build of the same module, and export says so."""
+    import tvm
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 16), "int8"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            f = bb.emit(relax.op.dequantize(x, relax.const(0.05, "float32"),
+                                            relax.const(-3, "int32")))
+            s = bb.emit(relax.op.sigmoid(f))
+            y = bb.emit_output(relax.op.quantize(s, relax.const(1 / 256, "float32"),
+                                                 relax.const(-128, "int32")))
+        bb.emit_func_output(y)
+    mod = bb.get()
+    result = export_relax(mod, tmp_path / "sigmoid.tar")
+    assert result.quant.integer == []
+    assert [op for op, _ in result.quant.fallback] == ["sigmoid"]
+    assert "no integer kernel for sigmoid" in result.quant.fallback[0][1]
+
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    model = CModel(result, tmp_path)
+    xs = np.arange(-128, 128, 16, dtype=np.int8).reshape(1, 16)
+    assert model(xs)[0].tobytes() == vm["main"](tvm.runtime.tensor(xs)).numpy().tobytes()
