@@ -36,7 +36,7 @@ class PyArith:
     def shared(self, value: int) -> int:
         return value
 
-    def srdhm(self, a: int, b: int) -> int:
+    def srdhm(self, a: int, b: int, b_above_min: bool = False) -> int:
         """Saturating rounding doubling high multiply: the high 32 bits of 2·a·b, rounded."""
         if a == INT32_MIN and b == INT32_MIN:
             return INT32_MAX
@@ -113,13 +113,13 @@ class TirArith:
     def select(self, cond, a, b):
         return self.t.Select(cond, self._i32(a), self._i32(b))
 
-    def srdhm(self, a, b):
+    def srdhm(self, a, b, b_above_min: bool = False):
         t = self.t
         ab = self.shared(self._i64(a) * self._i64(b))
         nudge = t.Select(ab >= t.const(0, "int64"), t.const(1 << 30, "int64"),
                          t.const(1 - (1 << 30), "int64"))
         high = t.Cast("int32", t.truncdiv(ab + nudge, t.const(1 << 31, "int64")))
-        if isinstance(b, int) and b != INT32_MIN:
+        if b_above_min or (isinstance(b, int) and b != INT32_MIN):
             return high
         # a·b = 2**62 only for a = b = INT32_MIN (compared in int64: TVM's simplifier would
         # move a constant offset of `a` across an int32 comparison and overflow it)
@@ -181,7 +181,8 @@ def multiply_by_quantized_multiplier(ar, x, multiplier, shift: int):
     zero = tirx.const(0, "int32")
     left = tirx.max(shift, zero)
     right = tirx.max(zero - shift, zero)
-    return ar.rdbp(ar.srdhm(ar.shl(x, left), multiplier), right)
+    # a quantized multiplier lies in [0, 2**31): the INT32_MIN·INT32_MIN case cannot occur
+    return ar.rdbp(ar.srdhm(ar.shl(x, left), multiplier, b_above_min=True), right)
 
 
 def saturating_shl(ar, x, exponent: int):

@@ -49,6 +49,10 @@ class Kernel:
     func: tirx.PrimFunc
     constants: list[np.ndarray]  # passed after the activations, in this order
 
+    def constant_roles(self) -> list[str]:
+        """What each constant is: weights, bias, then requantization parameters."""
+        return ["weights", "bias", "requant", "requant"][:len(self.constants)]
+
 
 def _clamp_int8(value, lo: int, hi: int):
     return tirx.max(tirx.min(value, tirx.const(hi, "int32")),

@@ -32,6 +32,7 @@ class QuantReport:
 
     integer: list[str] = field(default_factory=list)
     fallback: list[tuple[str, str]] = field(default_factory=list)  # (operator, reason)
+    constant_bytes: Counter = field(default_factory=Counter)  # weights / bias / requant
 
     def summary(self) -> str:
         def counted(names: list[str]) -> str:
@@ -431,6 +432,9 @@ def integer_rewrite(mod) -> tuple[object, QuantReport]:
             continue
         plans[clip[0].value if clip else binding.value] = rewrite
         report.integer.append(rewrite.kind)
+        for role, c in zip(rewrite.kernel.constant_roles(), rewrite.kernel.constants,
+                           strict=True):
+            report.constant_bytes[role] += c.nbytes
     if not plans:
         return mod, report
 

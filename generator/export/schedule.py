@@ -7,7 +7,9 @@ kernel gets the same generic treatment before lowering:
 1. inline every injective stage into its consumers (padding becomes a bounds check, bias and
    activation fold into one expression);
 2. move each remaining epilogue of a reduction under the reduction's spatial loops, so the
-   reduction result lives in one scalar instead of a whole tensor.
+   reduction result lives in one scalar instead of a whole tensor;
+3. start each reduction before its loop instead of testing for the first iteration inside
+   it, so the innermost loop is a plain multiply-accumulate a C compiler can vectorize.
 
 Each step is tried and skipped when TVM refuses it; a refused step never changes the result.
 """
@@ -22,6 +24,7 @@ def shrink_intermediates(func: tirx.PrimFunc) -> tirx.PrimFunc:
     sch = s_tir.Schedule(func)
     _inline_injective(sch)
     _epilogues_under_reductions(sch)
+    _init_before_reduction_loops(sch)
     return sch.mod["main"]
 
 
@@ -67,5 +70,20 @@ def _epilogues_under_reductions(sch: s_tir.Schedule) -> None:
             continue
         try:
             sch.reverse_compute_at(block, loops[spatial - 1], preserve_unit_loops=False)
+        except s_tir.ScheduleError:
+            continue
+
+
+def _init_before_reduction_loops(sch: s_tir.Schedule) -> None:
+    for block in _blocks(sch):
+        if not _is_reduction(sch, block):
+            continue
+        spatial = sum(1 for iv in sch.get(block).iter_vars
+                      if iv.iter_type == tirx.IterVar.DataPar)
+        loops = sch.get_loops(block)
+        if spatial >= len(loops):
+            continue
+        try:
+            sch.decompose_reduction(block, loops[spatial])
         except s_tir.ScheduleError:
             continue

@@ -1,0 +1,227 @@
+"""Quantized (int8) models: what stays in flash, what the activations need, and how many
+instructions one inference takes, next to the tflite file and TensorFlow Lite Micro.
+
+For each int8 model:
+- flash: the archive's int8 weights + int32 biases against the tflite file's (the
+  constant buffers of CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED), and our
+  requantization parameters (per-channel int32 multiplier + int8 shift) against the file's
+  quantization parameters of those tensors (float32 scales + int64 zero points);
+- RAM: the planned activation pool, the graph's largest live set (lower bound), the largest
+  per-kernel scratch (stack arrays in the kernels' C), and TFLite Micro's smallest arena on a
+  32-bit ARM build (../shared/docs/tflm-baseline.md);
+- instructions per inference: callgrind `Ir` inside `tvmgen_default_run` of the archive's C
+  built for this machine with gcc -O2, against callgrind inside TFLite Micro's
+  `MicroInterpreter::Invoke()` (the PyPI tflite-micro wheel, reference kernels), both on the
+  same deterministic input (numpy default_rng(0), uniform over int8), averaged over 10 runs.
+
+Usage: python benchmarks/quantized.py [--no-tflm-callgrind]
+(without valgrind, or with --no-tflm-callgrind, TFLM's count comes from tflm-baseline.md)
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from generator.export import export_model
+from generator.project.generate import tvm_include_dirs
+
+REPO = Path(__file__).resolve().parent.parent
+MODELS = REPO / "tests" / "fixtures" / "models"
+MODEL_FILES = {
+    "hello_world_int8": MODELS / "hello_world" / "hello_world_int8.tflite",
+    "mlperftiny_kws": MODELS / "mlperftiny_kws" / "kws_ref_model.tflite",
+}
+# ../shared/docs/tflm-baseline.md: smallest arena, 32-bit ARM build; Ir per Invoke (x86-64).
+TFLM_ARENA_ARM32 = {"hello_world_int8": 1068, "mlperftiny_kws": 22772}
+TFLM_IR_BASELINE = {"hello_world_int8": 6854, "mlperftiny_kws": 51016635}
+RUNS = 10
+WEIGHTED_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+
+
+def tflite_weight_bytes(path: Path) -> tuple[int, int, int]:
+    """(int8 weight bytes, int32 bias bytes, quantization parameter bytes) of the tflite
+    file's weighted operators."""
+    import tflite
+
+    model = tflite.Model.GetRootAsModel(path.read_bytes(), 0)
+    graph = model.Subgraphs(0)
+    names = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
+    weights = biases = quant = 0
+    for i in range(graph.OperatorsLength()):
+        op = graph.Operators(i)
+        code = model.OperatorCodes(op.OpcodeIndex())
+        kind = names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()))
+        if kind not in WEIGHTED_OPS:
+            continue
+        for slot in (1, 2):
+            if slot >= op.InputsLength() or op.Inputs(slot) < 0:
+                continue
+            tensor = graph.Tensors(op.Inputs(slot))
+            size = model.Buffers(tensor.Buffer()).DataLength()
+            if slot == 1:
+                weights += size
+            else:
+                biases += size
+            q = tensor.Quantization()
+            if q is not None:
+                quant += 4 * q.ScaleLength() + 8 * q.ZeroPointLength()
+    return weights, biases, quant
+
+
+def kernel_scratch_bytes(c_source: str) -> int:
+    """The largest sum of local array sizes over the kernels' C functions."""
+    sizes = {"int8_t": 1, "uint8_t": 1, "int16_t": 2, "int32_t": 4, "uint32_t": 4,
+             "int64_t": 8, "float": 4, "double": 8}
+    largest = 0
+    for body in re.split(r"\nTVM_DLL void ", c_source)[1:]:
+        total = sum(sizes.get(t, 8) * int(n)
+                    for t, n in re.findall(r"^\s+(\w+) \w+\[(\d+)\];", body, re.M))
+        total += sum(int(n) for n in re.findall(r"TVMBackendAllocWorkspace\([^;]*?"
+                                                r"\(uint64_t\)(\d+)ULL", body))
+        largest = max(largest, total)
+    return largest
+
+
+def deterministic_input(shape: tuple[int, ...]) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    return rng.integers(-128, 128, size=shape, endpoint=False).astype(np.int8)
+
+
+def build_driver(archive: Path, work: Path, x: np.ndarray, out_bytes: int) -> Path:
+    """The archive's C and a main() that runs the model RUNS times, built with gcc -O2."""
+    with tarfile.open(archive) as tar:
+        tar.extractall(work, filter="data")
+    code = work / "codegen" / "host"
+    values = ", ".join(str(int(v)) for v in x.reshape(-1))
+    (work / "driver.c").write_text(f"""#include <stdint.h>
+#include <stdio.h>
+#include "tvmgen_default.h"
+static int8_t input[{x.size}] __attribute__((aligned(16))) = {{{values}}};
+static int8_t output[{out_bytes}] __attribute__((aligned(16)));
+int main(void) {{
+  struct tvmgen_default_inputs in = {{input}};
+  struct tvmgen_default_outputs out = {{output}};
+  for (int i = 0; i < {RUNS}; ++i) tvmgen_default_run(&in, &out);
+  printf("%d\\n", output[0]);
+  return 0;
+}}
+""")
+    exe = work / "driver"
+    tvm = [f"-I{d}" for d in tvm_include_dirs()]
+    subprocess.run(["gcc", "-O2", "-g", "-std=gnu99", "-w", "-fno-strict-aliasing", *tvm,
+                    f"-I{code / 'include'}", *map(str, sorted((code / "src").glob("*.c"))),
+                    str(work / "driver.c"), "-o", str(exe), "-lm"], check=True)
+    return exe
+
+
+def callgrind_ir(command: list[str], toggle: str, work: Path) -> int:
+    out = work / "callgrind.out"
+    subprocess.run(["valgrind", "--tool=callgrind", f"--toggle-collect={toggle}",
+                    f"--callgrind-out-file={out}", *command], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    match = re.search(r"^totals:\s+(\d+)", out.read_text(), re.M)
+    return int(match.group(1)) if match else 0
+
+
+def tflm_ir(model: Path, x: np.ndarray, work: Path) -> int:
+    script = work / "tflm_run.py"
+    np.save(work / "input.npy", x)
+    script.write_text(f"""import numpy as np
+from tflite_micro.python.tflite_micro import runtime
+interp = runtime.Interpreter.from_file({str(model)!r})
+x = np.load({str(work / 'input.npy')!r})
+for _ in range({RUNS}):
+    interp.set_input(x, 0)
+    interp.invoke()
+""")
+    return callgrind_ir([sys.executable, str(script)],
+                        "tflite::micro::MicroInterpreter::Invoke()", work)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-tflm-callgrind", action="store_true",
+                        help="take TFLite Micro's instruction counts from tflm-baseline.md")
+    args = parser.parse_args()
+    have_valgrind = shutil.which("valgrind") is not None
+    rows = []
+    for name, path in MODEL_FILES.items():
+        print(f"{name}: exporting, building, counting instructions ...", file=sys.stderr)
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            result = export_model(path, work / "model.tar")
+            w_file, b_file, q_file = tflite_weight_bytes(path)
+            roles = result.quant.constant_bytes
+            ours_wb = roles["weights"] + roles["bias"]
+            with tarfile.open(result.path) as tar:
+                kernels = tar.extractfile("./codegen/host/src/default_lib0.c").read().decode()
+            scratch = kernel_scratch_bytes(kernels)
+            x = deterministic_input(result.inputs[0].shape)
+            ir = tflm = None
+            tflm_source = "baseline doc"
+            if have_valgrind:
+                exe = build_driver(result.path, work / "c", x, result.outputs[0].size_bytes)
+                ir = callgrind_ir([str(exe)], "tvmgen_default_run", work) // RUNS
+                if not args.no_tflm_callgrind:
+                    tflm = tflm_ir(path, x, work) // RUNS
+                    tflm_source = "measured"
+            if tflm is None:
+                tflm = TFLM_IR_BASELINE[name]
+            rows.append({
+                "model": name,
+                "ops": result.quant.summary(),
+                "weights+bias": ours_wb, "file weights+bias": w_file + b_file,
+                "requant": roles["requant"], "file quant params": q_file,
+                "flash consts": result.constants_bytes,
+                "pool": result.plan.pool_bytes, "lower bound": result.plan.lower_bound,
+                "scratch": scratch, "tflm arena": TFLM_ARENA_ARM32[name],
+                "ir": ir, "tflm ir": tflm, "tflm source": tflm_source,
+            })
+    print_table(rows)
+    return 0
+
+
+def print_table(rows: list[dict]) -> None:
+    print("flash (bytes)")
+    head = (f"{'model':18} {'int8 w + i32 b':>14} {'tflite file':>11} {'diff':>6} "
+            f"{'requant':>8} {'file qparams':>12} {'all consts':>10}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        diff = 100.0 * (r["weights+bias"] - r["file weights+bias"]) / r["file weights+bias"]
+        print(f"{r['model']:18} {r['weights+bias']:>14,} {r['file weights+bias']:>11,} "
+              f"{diff:>5.1f}% {r['requant']:>8,} {r['file quant params']:>12,} "
+              f"{r['flash consts']:>10,}")
+    print("\nRAM (bytes)")
+    head = (f"{'model':18} {'planned pool':>12} {'lower bound':>11} {'kernel scratch':>14} "
+            f"{'pool+scratch':>12} {'TFLM arena ARM32':>16} {'ratio':>6}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        total = r["pool"] + r["scratch"]
+        print(f"{r['model']:18} {r['pool']:>12,} {r['lower bound']:>11,} {r['scratch']:>14,} "
+              f"{total:>12,} {r['tflm arena']:>16,} {total / r['tflm arena']:>5.2f}x")
+    print("\ninstructions per inference (callgrind Ir, x86-64)")
+    head = f"{'model':18} {'ours (run fn)':>14} {'TFLM Invoke':>12} {'ratio':>6}  TFLM count"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        ours = f"{r['ir']:,}" if r["ir"] else "no valgrind"
+        ratio = f"{r['ir'] / r['tflm ir']:.3f}x" if r["ir"] else "-"
+        print(f"{r['model']:18} {ours:>14} {r['tflm ir']:>12,} {ratio:>6}  {r['tflm source']}")
+    print("\noperators")
+    for r in rows:
+        print(f"{r['model']:18} {r['ops']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
