@@ -7,8 +7,8 @@ For each int8 model:
   requantization parameters (per-channel int32 multiplier + int8 shift) against the file's
   quantization parameters of those tensors (float32 scales + int64 zero points);
 - RAM: the planned activation pool, the graph's largest live set (lower bound), the largest
-  per-kernel scratch (stack arrays in the kernels' C), and TFLite Micro's smallest arena on a
-  32-bit ARM build (../shared/docs/tflm-baseline.md);
+  per-kernel scratch (stack arrays in the kernels' C), the input and output buffers, and
+  TFLite Micro's smallest arena on a 32-bit ARM build (../shared/docs/tflm-baseline.md);
 - instructions per inference: callgrind `Ir` inside `tvmgen_default_run` of the archive's C
   built for this machine with gcc -O2, against callgrind inside TFLite Micro's
   `MicroInterpreter::Invoke()` (the PyPI tflite-micro wheel, reference kernels), both on the
@@ -184,6 +184,7 @@ def main() -> int:
                 "flash consts": result.constants_bytes,
                 "pool": result.plan.pool_bytes, "lower bound": result.plan.lower_bound,
                 "scratch": scratch, "tflm arena": TFLM_ARENA_ARM32[name],
+                "io": sum(t.size_bytes for t in result.inputs + result.outputs),
                 "ir": ir, "tflm ir": tflm, "tflm source": tflm_source,
             })
     print_table(rows)
@@ -201,15 +202,17 @@ def print_table(rows: list[dict]) -> None:
         print(f"{r['model']:18} {r['weights+bias']:>14,} {r['file weights+bias']:>11,} "
               f"{diff:>5.1f}% {r['requant']:>8,} {r['file quant params']:>12,} "
               f"{r['flash consts']:>10,}")
-    print("\nRAM (bytes)")
+    print("\nRAM (bytes; the caller owns the input and output buffers, TFLM's arena holds "
+          "them)")
     head = (f"{'model':18} {'planned pool':>12} {'lower bound':>11} {'kernel scratch':>14} "
-            f"{'pool+scratch':>12} {'TFLM arena ARM32':>16} {'ratio':>6}")
+            f"{'in+out':>6} {'all':>7} {'TFLM arena ARM32':>16} {'ratio':>6}")
     print(head)
     print("-" * len(head))
     for r in rows:
-        total = r["pool"] + r["scratch"]
+        total = r["pool"] + r["scratch"] + r["io"]
         print(f"{r['model']:18} {r['pool']:>12,} {r['lower bound']:>11,} {r['scratch']:>14,} "
-              f"{total:>12,} {r['tflm arena']:>16,} {total / r['tflm arena']:>5.2f}x")
+              f"{r['io']:>6,} {total:>7,} {r['tflm arena']:>16,} "
+              f"{total / r['tflm arena']:>5.2f}x")
     print("\ninstructions per inference (callgrind Ir, x86-64)")
     head = f"{'model':18} {'ours (run fn)':>14} {'TFLM Invoke':>12} {'ratio':>6}  TFLM count"
     print(head)

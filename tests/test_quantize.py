@@ -245,3 +245,18 @@ def test_an_operator_without_integer_kernel_falls_back_to_float(tmp_path, capsys
     model = CModel(result, tmp_path)
     xs = np.arange(-128, 128, 16, dtype=np.int8).reshape(1, 16)
     assert model(xs)[0].tobytes() == vm["main"](tvm.runtime.tensor(xs)).numpy().tobytes()
+
+
+def test_export_says_which_operators_run_integer(tmp_path, capsys):
+    import json
+
+    from generator.cli import main
+
+    model = Path(__file__).parent / "fixtures" / "models" / "hello_world" / \
+        "hello_world_int8.tflite"
+    assert main(["export", str(model), "-o", str(tmp_path / "h.tar")]) == 0
+    assert "int8    integer: dense ×3" in capsys.readouterr().out
+    assert main(["export", str(model), "-o", str(tmp_path / "h.tar"), "--force",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["integer_ops"] == ["dense"] * 3 and report["float_fallback"] == []

@@ -32,6 +32,7 @@ from generator.export.mlf_writer import (
     module_metadata,
     write_archive,
 )
+from generator.export.quantize import integer_rewrite
 from generator.mlf.model import ShapedTensor
 from generator.project.cdata import c_string_literal
 
@@ -146,6 +147,7 @@ def export_model_operators(model_path: Path, dest: Path,
     mod, _ = frontend.import_model(model_path, shapes or {})
     try:
         with tvm.transform.PassContext(opt_level=3):
+            mod, _ = integer_rewrite(mod)  # int8 models: the same integer kernels
             fused = relax_pipeline()(mod)
     except Exception as exc:
         raise ExportError(f"TVM could not legalize and fuse the model: {last_line(exc)}") \
