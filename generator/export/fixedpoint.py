@@ -139,17 +139,13 @@ class TirArith:
         return t.Cast("int32", q)
 
     def shl(self, x, exponent):
-        return t_cast32(self.t, self._i64(x) << self._i64(exponent))
+        return self.t.Cast("int32", self._i64(x) << self._i64(exponent))
 
     def ne(self, a, b):
         return self._i32(a) != self._i32(b)
 
     def eq(self, a, b):
         return self._i32(a) == self._i32(b)
-
-
-def t_cast32(t, v):
-    return t.Cast("int32", v)
 
 
 # ---- requantization ------------------------------------------------------------------------

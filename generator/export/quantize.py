@@ -422,8 +422,11 @@ def integer_rewrite(mod) -> tuple[object, QuantReport]:
         try:
             rewrite = matcher.root(binding.value, act)
         except _NoMatch as exc:
-            inner = graph.resolve(binding.value.args[0])
-            report.fallback.append(((_op(inner) or "?").removeprefix("relax."), str(exc)))
+            inner = _op(graph.resolve(binding.value.args[0]))
+            if inner is None:  # a float tensor (a model input) quantized: float by nature
+                report.fallback.append(("quantize", "quantizes a float input"))
+            else:
+                report.fallback.append((inner.removeprefix("relax."), str(exc)))
             continue
         if rewrite is None:
             if _op(binding.value) in _INTEGER_AS_IS and _dtype(binding.value) == "int8":
