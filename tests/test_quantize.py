@@ -260,3 +260,20 @@ def test_export_says_which_operators_run_integer(tmp_path, capsys):
                  "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["integer_ops"] == ["dense"] * 3 and report["float_fallback"] == []
+
+
+def test_a_uint8_quantize_is_reported_as_float(tmp_path):
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8), "uint8"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            f = bb.emit(relax.op.dequantize(x, relax.const(0.1, "float32"),
+                                            relax.const(128, "int32")))
+            y = bb.emit_output(relax.op.quantize(f, relax.const(0.1, "float32"),
+                                                 relax.const(128, "int32"), out_dtype="uint8"))
+        bb.emit_func_output(y)
+    result = export_relax(bb.get(), tmp_path / "u8.tar")
+    assert result.quant.fallback == [("dequantize", "uint8 quantization (the integer kernels "
+                                                    "are int8)")]

@@ -220,7 +220,9 @@ class _Matcher:
     def root(self, value, act: tuple[int, int]) -> _Rewrite | None:
         """The rewrite for a quantize (or pool) binding value, None if it is not one."""
         name = _op(value)
-        if name == "relax.quantize" and _dtype(value) == "int8":
+        if name == "relax.quantize" and _dtype(value) != "int8":
+            raise _NoMatch(f"{_dtype(value)} quantization (the integer kernels are int8)")
+        if name == "relax.quantize":
             inner, act = self._float_activation(value, self.g.resolve(value.args[0]), act)
             kind = _op(inner)
             if kind == "relax.add" and self._is_bias_add(inner):
