@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from generator.export import export_model
-from generator.project.generate import tvm_include_dirs
+from generator.project.generate import TVM_CODE_CFLAGS, tvm_include_dirs
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "tests" / "fixtures" / "models"
@@ -117,7 +117,7 @@ int main(void) {{
 """)
     exe = work / "driver"
     tvm = [f"-I{d}" for d in tvm_include_dirs()]
-    subprocess.run(["gcc", "-O2", "-g", "-std=gnu99", "-w", "-fno-strict-aliasing", *tvm,
+    subprocess.run(["gcc", "-O2", "-g", *TVM_CODE_CFLAGS, *tvm,
                     f"-I{code / 'include'}", *map(str, sorted((code / "src").glob("*.c"))),
                     str(work / "driver.c"), "-o", str(exe), "-lm"], check=True)
     return exe

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from generator.export.api import ExportResult
-from generator.project.generate import tvm_include_dirs
+from generator.project.generate import TVM_CODE_CFLAGS, tvm_include_dirs
 
 
 class CModel:
@@ -28,7 +28,7 @@ class CModel:
         lib = workdir / f"lib{result.module}.so"
         objects = []
         # As in the firmware: TVM's kernels quietly with TVM's headers, our C strictly.
-        for source, flags in [(kernels, ["-std=gnu99", "-w", "-fno-strict-aliasing",
+        for source, flags in [(kernels, [*TVM_CODE_CFLAGS,
                                          *(f"-I{d}" for d in tvm_include_dirs())]),
                               *((s, ["-std=c99", "-Wall", "-Wextra", "-Werror",
                                      f"-I{code / 'include'}"]) for s in ours)]:

@@ -44,6 +44,11 @@ class PyArith:
         nudge = (1 << 30) if ab >= 0 else 1 - (1 << 30)
         return _truncdiv(ab + nudge, 1 << 31)
 
+    def rounding_half_sum(self, a: int, b: int) -> int:
+        """(a + b) / 2, rounded half away from zero."""
+        total = a + b
+        return _truncdiv(total + (1 if total >= 0 else -1), 2)
+
     def rdbp(self, x: int, exponent: int) -> int:
         """Rounding divide by 2**exponent, ties away from zero."""
         mask = (1 << exponent) - 1
@@ -126,6 +131,12 @@ class TirArith:
         both_min = ab == t.const(1 << 62, "int64")
         return t.Select(both_min, t.const(INT32_MAX, "int32"), high)
 
+    def rounding_half_sum(self, a, b: int):
+        t = self.t
+        total = self.shared(self._i64(a) + t.const(b, "int64"))
+        sign = t.Select(total >= t.const(0, "int64"), t.const(1, "int64"), t.const(-1, "int64"))
+        return t.Cast("int32", t.truncdiv(total + sign, t.const(2, "int64")))
+
     def rdbp(self, x, exponent):
         t = self.t
         x64 = self.shared(self._i64(x))
@@ -150,13 +161,17 @@ class TirArith:
 
 # ---- requantization ------------------------------------------------------------------------
 
+def round_half_away(x: float) -> int:
+    """TfLiteRound: half away from zero (numpy and Python round half to even)."""
+    return int(math.copysign(math.floor(abs(float(x)) + 0.5), float(x)))
+
+
 def quantize_multiplier(real: float) -> tuple[int, int]:
     """A real multiplier as (int32 significand in [2**30, 2**31), power-of-two shift)."""
     if real == 0.0:
         return 0, 0
     significand, shift = math.frexp(real)
-    fixed = int(math.floor(abs(significand) * (1 << 31) + 0.5))
-    fixed = fixed if significand >= 0 else -fixed
+    fixed = round_half_away(significand * (1 << 31))
     if fixed == 1 << 31:
         fixed //= 2
         shift += 1
@@ -231,22 +246,12 @@ def exp_on_negative_values(ar, a):
 
 def one_over_one_plus_x(ar, a):
     """1 / (1 + a) for a in [0, 1) given in Q0.31; the result is Q0.31 (Newton-Raphson)."""
-    half_denominator = ar.shared(_rounding_half_sum(ar, a, INT32_MAX))
+    half_denominator = ar.shared(ar.rounding_half_sum(a, INT32_MAX))
     x = ar.shared(1515870810 + ar.srdhm(half_denominator, -1010580540))  # 48/17 − 32/17·d
     for _ in range(3):
         one_minus = ar.shared((1 << 29) - ar.srdhm(half_denominator, x))
         x = ar.shared(x + saturating_shl(ar, ar.shared(ar.srdhm(x, one_minus)), 2))
     return saturating_shl(ar, x, 1)
-
-
-def _rounding_half_sum(ar, a, b: int):
-    if isinstance(ar, PyArith):
-        total = a + b
-        return _truncdiv(total + (1 if total >= 0 else -1), 2)
-    t = ar.t
-    total = ar.shared(t.Cast("int64", a) + t.const(b, "int64"))
-    sign = t.Select(total >= t.const(0, "int64"), t.const(1, "int64"), t.const(-1, "int64"))
-    return t.Cast("int32", t.truncdiv(total + sign, t.const(2, "int64")))
 
 
 def softmax_params(input_scale: float, beta: float = 1.0) -> tuple[int, int, int]:

@@ -225,19 +225,33 @@ def add(a_shape: tuple[int, ...], b_shape: tuple[int, ...], out_shape: tuple[int
 
 def _pointwise(in_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...], element,
                name: str) -> Kernel:
-    """An elementwise int8 kernel written as TIR statements: one loop nest over the output,
-    the fixed-point steps of each element kept in a local scratch array (a long expression
-    with shared parts would grow too large for TVM's simplifier)."""
+    """An elementwise int8 kernel as TIR statements: one loop nest over the output, each
+    element's fixed-point steps in the scratch array (`_statement_kernel`)."""
     t = tirx
 
-    def body(ar: TirArith, ins, out):
-        ar.restart()
+    def build(ar: TirArith, ins, out):
         idx = [t.Var(f"i{d}", "int32") for d in range(len(out_shape))]
         value = element(ar, ins, idx)
         stmt = _seq([*ar.take_stores(), t.BufferStore(out, value, idx)])
         for var, extent in reversed(list(zip(idx, out_shape, strict=True))):
             stmt = t.For(var, t.const(0, "int32"), t.const(extent, "int32"),
                          t.ForKind.SERIAL, stmt)
+        return stmt
+
+    return _statement_kernel(in_shapes, out_shape, build, name)
+
+
+def _statement_kernel(in_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...], build,
+                      name: str) -> Kernel:
+    """An int8 kernel whose body `build(ar, in_buffers, out_buffer)` writes as TIR statements,
+    keeping each fixed-point step in a local scratch array (`TirArith.shared`): a long
+    expression with shared parts, or a let-chain, grows too large for TVM's simplifier.
+    A first pass of `build` counts the scratch slots."""
+    t = tirx
+
+    def body(ar: TirArith, ins, out):
+        ar.restart()
+        stmt = build(ar, ins, out)
         return _seq([*(t.AllocBuffer(b) for b in ar.scratch.values()), stmt])
 
     counting = TirArith(scratch_slots=1)
@@ -279,16 +293,9 @@ def softmax(shape: tuple[int, ...], input_multiplier: int, input_left_shift: int
     """TFLite's int8 softmax over the last axis (output scale 1/256, zero point −128):
     gemmlowp's fixed-point exp of each difference from the row maximum, times the
     fixed-point reciprocal of their sum. Written as TIR statements, one row at a time,
-    every fixed-point step kept in a local scratch array (a first pass counts them)."""
-    counting = TirArith(scratch_slots=1)
-    _softmax_body(counting, shape, input_multiplier, input_left_shift, diff_min)
-    ar = TirArith(scratch_slots=max(counting.used.values()))
-    x = te.placeholder(shape, "int8", "x")
-    buffers = [tirx.decl_buffer(x.shape, "int8", name) for name in ("x_buf", "out_buf")]
-    out = te.extern(x.shape, [x], lambda ins, outs: _softmax_body(
-        ar, shape, input_multiplier, input_left_shift, diff_min, ins[0], outs[0]),
-        name="softmax", dtype="int8", in_buffers=buffers[:1], out_buffers=buffers[1:])
-    return Kernel(_func([x, out]), [])
+    every fixed-point step kept in a local scratch array."""
+    return _statement_kernel([shape], shape, lambda ar, ins, out: _softmax_body(
+        ar, shape, input_multiplier, input_left_shift, diff_min, ins[0], out), "softmax")
 
 
 def _seq(stmts: list):
@@ -296,15 +303,11 @@ def _seq(stmts: list):
 
 
 def _softmax_body(ar: TirArith, shape, input_multiplier: int, input_left_shift: int,
-                  diff_min: int, xb=None, ob=None):
+                  diff_min: int, xb, ob):
     t = tirx
-    ar.restart()
     depth = shape[-1]
     rows = int(np.prod(shape[:-1], dtype=np.int64))
     i32 = "int32"
-    if xb is None:
-        xb = t.decl_buffer(shape, "int8", "x")
-        ob = t.decl_buffer(shape, "int8", "out")
 
     def index(r, c):
         idx, rest = [], r
@@ -359,5 +362,4 @@ def _softmax_body(ar: TirArith, shape, input_multiplier: int, input_left_shift: 
         *scale_steps,
         loop(c, depth, out_step),
     ])
-    allocs = [t.AllocBuffer(b) for b in (acc, *ar.scratch.values())]
-    return t.SeqStmt([*allocs, loop(r, rows, row)])
+    return t.SeqStmt([t.AllocBuffer(acc), loop(r, rows, row)])

@@ -11,7 +11,6 @@ it does not recognise keep the float path, and the report says which.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from generator.export import qkernels
-from generator.export.fixedpoint import quantize_multiplier, softmax_params
+from generator.export.fixedpoint import quantize_multiplier, round_half_away, softmax_params
 
 # int8 operators the frontend already writes in integer form, exact as they are
 _INTEGER_AS_IS = ("relax.nn.max_pool2d", "relax.nn.pad", "relax.reshape", "relax.concat")
@@ -251,7 +250,7 @@ class _Matcher:
         scale, zero = _quant_params(self.g, quant)
         limits = [0.0, None] if name == "relax.nn.relu" else \
             [float(v.value) for v in inner.args[1:3]]
-        q = [None if f is None else zero + _round_away(np.float32(f) / np.float32(scale))
+        q = [None if f is None else zero + round_half_away(np.float32(f) / np.float32(scale))
              for f in limits]
         lo = act[0] if q[0] is None else max(act[0], q[0])
         hi = act[1] if q[1] is None else min(act[1], q[1])
@@ -386,11 +385,6 @@ class _Matcher:
                                           _pair(a.strides), tuple(int(p) for p in a.padding),
                                           *act)
         return _Rewrite("avg_pool2d", "q_avg_pool2d", kernel, [x], out_shape)
-
-
-def _round_away(x: float) -> int:
-    """Round half away from zero (TfLiteRound), not numpy's half to even."""
-    return int(math.copysign(math.floor(abs(float(x)) + 0.5), float(x)))
 
 
 def _pair(values) -> tuple[int, int]:

@@ -69,6 +69,11 @@ class GeneratedProject:
     project_type: str = STANDALONE
 
 
+# How code TVM wrote (kernels, old archives' sources) is compiled: as TVM's own builds did,
+# quietly. Projects, the tests' ctypes runner and the benchmarks all use these flags.
+TVM_CODE_CFLAGS = ("-std=gnu99", "-w", "-fno-strict-aliasing")
+
+
 def tvm_include_dirs() -> list[str]:
     """Include directories of the installed tvm-ffi and apache-tvm packages.
 
@@ -259,6 +264,7 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         "tvm_kernel_sources": tvm_kernels,
         "model_objects": sorted(n for n in out if n.startswith("model/lib/")),
         "tvm_include_dirs": tvm_include_dirs() if module.abi is not None else [],
+        "tvm_code_cflags": TVM_CODE_CFLAGS,
     }
     context.update(graph_context)
     if not host_driven:
