@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from generator.errors import MlfError
 from generator.mlf.model import DTYPE_RE, ShapedTensor, dtype_bits
+from generator.mlf.safejson import load_bounded
 
 STORAGE_ALIGN = 16  # MTVG_GRAPH_STORAGE_ALIGN in templates/common/include/mtvg/graph.h
 MAX_NAME_BYTES = 1024  # MTVG_GRAPH_MAX_NAME_BYTES
@@ -259,8 +260,8 @@ def _tagged(attrs: dict, key: str, tag: str, required: bool = True) -> list:
 
 def parse_graph(text: str, where: str) -> Graph:
     """Read the graph JSON; malformed structure raises MlfError."""
+    raw = load_bounded(text, where)
     try:
-        raw = json.loads(text)
         nodes = []
         for n in raw["nodes"]:
             attrs = n.get("attrs", n.get("attr", {})) or {}

@@ -9,7 +9,6 @@ not about whatever field changed.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from pathlib import Path
 
@@ -33,7 +32,10 @@ from generator.mlf.model import (
     dtype_bits,
 )
 from generator.mlf.params import load_params
+from generator.mlf.safejson import load_bounded
+from generator.mlf.schema import check_metadata
 
+MAX_METADATA_BYTES = 16 * 1024 * 1024
 SUPPORTED_VERSIONS = (5, 6, 7, 8)
 NEWEST_KNOWN_VERSION = 8
 # generator/export/mlf_writer.py ABI_NAME and OPERATOR_ABI_NAME, and the style of archive
@@ -56,11 +58,8 @@ def load_mlf(path: Path) -> tuple[MlfArchive, ArchiveFiles]:
     if not files.has("metadata.json"):
         raise MlfError(f"{path}: no metadata.json at the archive root; not a Model Library "
                        "Format archive")
-    try:
-        meta = json.loads(files.text("metadata.json"))
-    except json.JSONDecodeError as exc:
-        raise MlfError(f"{path}: metadata.json is not valid JSON ({exc.msg} at line "
-                       f"{exc.lineno})") from exc
+    meta = load_bounded(files.text("metadata.json"), f"{path}: metadata.json",
+                        max_bytes=MAX_METADATA_BYTES)
     if not isinstance(meta, dict):
         raise MlfError(f"{path}: metadata.json is not a JSON object")
     version = meta.get("version")
@@ -73,6 +72,7 @@ def load_mlf(path: Path) -> tuple[MlfArchive, ArchiveFiles]:
     if version not in SUPPORTED_VERSIONS:
         raise MlfError(f"{path}: MLF version {version} is not supported (this tool reads "
                        f"versions {_versions_text()}: TVM 0.8 to 0.18 and microtvm-gen)")
+    check_metadata(meta, version, f"{path}: metadata.json")
     style = _archive_style(meta, version, path)
     if version >= 7:
         entries = meta.get("modules")
@@ -86,7 +86,7 @@ def load_mlf(path: Path) -> tuple[MlfArchive, ArchiveFiles]:
     else:
         modules = [_read_module(files, version, str(name), info)
                    for name, info in entries.items()]
-    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+    digest = _file_sha256(path) if path.is_file() else ""
     return MlfArchive(
         origin=str(path),
         sha256=digest,
@@ -96,6 +96,14 @@ def load_mlf(path: Path) -> tuple[MlfArchive, ArchiveFiles]:
         modules=modules,
         member_names=files.names,
     ), files
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _archive_style(meta: dict, version: int, path: Path) -> str:

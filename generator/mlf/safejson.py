@@ -1,0 +1,71 @@
+"""JSON from untrusted files, with bounds: size, nesting depth, strict numbers.
+
+Python's `json` recurses once per nesting level (a deeply nested document raises
+RecursionError), accepts NaN and Infinity, and turns a 5,000-digit number into a
+ValueError about Python's integer-string limit. `load_bounded` measures the depth with a
+loop first, refuses the non-standard constants, and turns every failure into an MlfError.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from generator.errors import MlfError
+
+MAX_JSON_BYTES = 64 * 1024 * 1024  # graph JSON of a large model is a few MB
+MAX_JSON_DEPTH = 64  # real metadata nests 6 levels, graph JSON 4
+MAX_NUMBER_DIGITS = 40  # more than any size or shape in a real archive
+
+
+_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKET_RE = re.compile(r"[\[\]{}]")
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest nesting of [ and { outside strings (a loop, not recursion)."""
+    depth = deepest = 0
+    for bracket in _BRACKET_RE.findall(_STRING_RE.sub("", text)):
+        if bracket in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def _no_constant(name: str):
+    raise ValueError(f"'{name}' is not a JSON number")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_NUMBER_DIGITS:
+        raise ValueError(f"a number with {len(text)} digits")
+    return int(text)
+
+
+def _bounded_float(text: str) -> float:
+    if len(text) > MAX_NUMBER_DIGITS * 2:
+        raise ValueError(f"a number written with {len(text)} characters")
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"'{text}' is not a finite number")
+    return value
+
+
+def load_bounded(text: str, where: str, max_bytes: int = MAX_JSON_BYTES,
+                 max_depth: int = MAX_JSON_DEPTH) -> object:
+    """Parse JSON text from an archive, or raise MlfError naming `where`."""
+    if len(text) > max_bytes:
+        raise MlfError(f"{where}: {len(text)} bytes of JSON, over the limit of {max_bytes}")
+    depth = nesting_depth(text)
+    if depth > max_depth:
+        raise MlfError(f"{where}: JSON nested {depth} levels deep, over the limit of "
+                       f"{max_depth}")
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_int=_bounded_int,
+                          parse_float=_bounded_float)
+    except json.JSONDecodeError as exc:
+        raise MlfError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    except (ValueError, RecursionError) as exc:
+        raise MlfError(f"{where}: not valid JSON ({exc})") from exc
