@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
@@ -16,6 +17,8 @@ from generator.project.generate import load_project
 
 BUILD_DIR = "build"
 BUILD_INFO = "build.json"
+# The configuration a build directory was made with; `run` and `serve` keep it.
+SETTINGS = "settings.json"
 FIRMWARE = "firmware.elf"
 # Static buffers of the generated glue (templates/crt/*_glue.c.j2), measured in the ELF.
 ARENA_SYMBOL = "workspace_arena"
@@ -86,6 +89,46 @@ def require_compiler(board: Board) -> None:
         raise ToolchainError(f"board '{board.name}' needs {gcc}, which is not on PATH", hint=hint)
 
 
+# Lines of a failed build that say what went wrong, most specific first: the linker's
+# region overflow, a compiler diagnostic, the linker's own errors, then CMake's and Ninja's.
+ERROR_PATTERNS = (
+    re.compile(r"region [`'\"]?\S+?['\"]? overflowed by \d+ bytes"),
+    re.compile(r":\d+(:\d+)?: (fatal )?error: "),
+    re.compile(r"^(fatal )?error: |: fatal error: "),
+    re.compile(r"undefined reference to|multiple definition of|cannot find -l|"
+               r"relocation truncated to fit"),
+    re.compile(r"\bld(\.\w+)?: .*(error|overflow|cannot|not fit)", re.I),
+    re.compile(r"^CMake Error"),
+    re.compile(r"^ninja: error: "),
+)
+# Summary lines that follow the real error and never explain it.
+NOISE = re.compile(r"collect2: error: ld returned|ninja: build stopped|^FAILED: |"
+                   r"all warnings being treated as errors|^compilation terminated")
+ERROR_LINE_MAX = 300
+
+
+def first_error(lines: list[str], project_dir: Path | None = None) -> str:
+    """The line of a build log that says what failed (shortened), else its last line."""
+    candidates = [ln.strip() for ln in lines if ln.strip() and not NOISE.search(ln)]
+    for pattern in ERROR_PATTERNS:
+        for index, line in enumerate(candidates):
+            if pattern.search(line):
+                if line.startswith("CMake Error") and index + 1 < len(candidates):
+                    line = f"{line} {candidates[index + 1]}"
+                return _shorten(line, project_dir)
+    fallback = next((ln for ln in candidates if "error" in ln.lower()),
+                    lines[-1].strip() if lines else "")
+    return _shorten(fallback, project_dir)
+
+
+def _shorten(line: str, project_dir: Path | None) -> str:
+    """Paths relative to the project, the linker named without its directory."""
+    if project_dir is not None:
+        line = line.replace(f"{project_dir}/", "")
+    line = re.sub(r"(^|\s)/\S*/([\w.-]*\bld(\.\w+)?):", r"\1\2:", line)
+    return line[:ERROR_LINE_MAX]
+
+
 def _run(cmd: list[str], cwd: Path, what: str, log: Path) -> None:
     with open(log, "ab") as out:
         out.write(("$ " + " ".join(cmd) + "\n").encode())
@@ -93,25 +136,38 @@ def _run(cmd: list[str], cwd: Path, what: str, log: Path) -> None:
         proc = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                               env={**os.environ, "CLICOLOR": "0"})
     if proc.returncode != 0:
-        lines = log.read_text(errors="replace").strip().splitlines()
-        first_error = next((ln.strip() for ln in lines if "error" in ln.lower()),
-                           lines[-1] if lines else "")
-        raise ToolchainError(f"{what} failed (exit {proc.returncode}): {first_error[:300]}; "
-                             f"full log in {log}")
+        lines = log.read_text(errors="replace").splitlines()
+        raise ToolchainError(f"{what} failed (exit {proc.returncode}): "
+                             f"{first_error(lines, cwd)}; full log in {log}")
 
 
-def build(project_dir: Path, sanitize: bool = False, progress=None) -> BuildResult:
+def recorded_sanitize(project_dir: Path) -> bool | None:
+    """The sanitizer setting the build directory was configured with, if it has one."""
+    path = project_dir / BUILD_DIR / SETTINGS
+    try:
+        return bool(json.loads(path.read_text())["sanitize"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def build(project_dir: Path, sanitize: bool | None = None, progress=None) -> BuildResult:
+    """Configure (once) and build; `sanitize=None` keeps the setting of the last build."""
     project_dir = project_dir.resolve()
     project = load_project(project_dir)
     board = load_board(project["board"])
     require_compiler(board)
     build_dir = project_dir / BUILD_DIR
     info_path = build_dir / BUILD_INFO
-    if build_dir.exists() and info_path.exists():
-        previous = json.loads(info_path.read_text())
-        if previous.get("sanitize") != sanitize:
-            shutil.rmtree(build_dir)
+    previous = recorded_sanitize(project_dir)
+    if sanitize is None:
+        sanitize = bool(previous)
+    if sanitize and not board.is_native:
+        raise ToolchainError(f"--sanitize needs a host build; board '{board.name}' runs "
+                             "cross-compiled firmware")
+    if build_dir.exists() and previous != sanitize:
+        shutil.rmtree(build_dir)  # configured otherwise, or by an older version
     build_dir.mkdir(exist_ok=True)
+    (build_dir / SETTINGS).write_text(json.dumps({"sanitize": sanitize}) + "\n")
     log = build_dir / "build.log"
     log.write_text("")
     configure = [cmake_program(), "-S", str(project_dir), "-B", str(build_dir),

@@ -322,6 +322,9 @@ class Run(Command):
                                  "run them all in one session")
         parser.add_argument("--output-dir", type=Path,
                             help="write each output as NAME.npy into this directory")
+        parser.add_argument("--sanitize", action=argparse.BooleanOptionalAction, default=None,
+                            help="host board: (re)build with AddressSanitizer and UBSan, or "
+                                 "without (default: as the last build)")
 
     def do_run(self, args):
         from generator.project.generate import load_project
@@ -343,20 +346,27 @@ class Run(Command):
             samples = [{k: v[i] for k, v in arrays.items()} for i in range(counts.pop())]
         else:
             samples = [arrays]
-        report = run_project(args.project, samples, args.output_dir, progress=progress)
+        report = run_project(args.project, samples, args.output_dir, progress=progress,
+                             sanitize=args.sanitize)
         if args.json:
             self.emit_json(report.to_json())
             return EXIT_OK
-        for i, (outs, res) in enumerate(zip(report.outputs, report.results, strict=True)):
+        for i, (outs, res, time) in enumerate(zip(report.outputs, report.results,
+                                                  report.timings, strict=True)):
             prefix = f"[{i}] " if len(report.outputs) > 1 else ""
             for name, value in outs.items():
                 flat = value.reshape(-1)
                 shown = np.array2string(flat[:16], separator=",", max_line_width=10**6)
                 more = f" ... ({flat.size} values)" if flat.size > 16 else ""
                 print(f"{prefix}{name} {value.dtype}{list(value.shape)} = {shown}{more}")
-            unit = "cycles" if res.hz < 10**9 else "ns"
-            print(f"{prefix}run time {res.seconds * 1e3:.3f} ms ({res.ticks} {unit} at "
-                  f"{res.hz} Hz), workspace peak {_fmt_bytes(res.workspace_peak)}")
+            if time.seconds is None:  # a virtual clock (QEMU -icount) counts instructions
+                measured = (f"{time.count:,} {time.unit} ({time.ticks:,} ticks of the "
+                            f"{time.tick_hz:,} Hz timer under QEMU -icount)")
+            else:
+                measured = (f"{time.seconds * 1e3:.3f} ms ({time.count:,} {time.unit} at "
+                            f"{time.tick_hz:,} Hz)")
+            print(f"{prefix}run time {measured}, workspace peak "
+                  f"{_fmt_bytes(res.workspace_peak)}")
         print(f"flash {_fmt_bytes(report.flash_bytes)}, RAM {_fmt_bytes(report.ram_bytes)} "
               f"static (board {report.board})")
         if report.storage_bytes:

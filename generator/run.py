@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from generator import RUNTIME_ABI_VERSION
-from generator.boards import load_board
+from generator.boards import Board, load_board
 from generator.build import BUILD_DIR, FIRMWARE, BuildResult, board_ram, build
 from generator.device.runner import open_device
 from generator.elfsize import elf_size
@@ -33,6 +33,46 @@ class TensorSpec:
         return cls(d["name"], d["dtype"], tuple(d["shape"]), d["size_bytes"])
 
 
+NS_PER_SECOND = 10**9
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One run's time in the unit the board measures honestly.
+
+    Under QEMU's -icount the guest clock is virtual: QEMU runs one instruction every
+    2**shift ns, so the board timer counts instructions (ticks * 1e9 / hz / 2**shift;
+    x40 for a 25 MHz timer at shift 0), not time on a real chip. Elsewhere the timer
+    counts CPU cycles (a real board), nanoseconds (the host) or wall-clock ticks (QEMU
+    without -icount).
+    """
+
+    unit: str  # "instructions" | "cycles" | "ns" | "ticks"
+    count: int  # in that unit
+    ticks: int  # what the board timer read
+    tick_hz: int
+    seconds: float | None  # real seconds; None when the clock is virtual
+
+    def to_json(self) -> dict:
+        return {"unit": self.unit, "count": self.count, "ticks": self.ticks,
+                "tick_hz": self.tick_hz, "seconds": self.seconds,
+                "instructions": self.count if self.unit == "instructions" else None}
+
+
+def timing(board: Board, ticks: int, hz: int) -> Timing:
+    """How to read a run's timer ticks on this board."""
+    shift = board.qemu.icount_shift if board.runner == "qemu" and board.qemu else None
+    if shift is not None and hz:
+        # Integer arithmetic, rounded to nearest: exact for timers dividing 1 GHz.
+        per = hz << shift
+        return Timing("instructions", (ticks * NS_PER_SECOND + per // 2) // per, ticks, hz,
+                      None)
+    seconds = ticks / hz if hz else 0.0
+    if hz == NS_PER_SECOND:
+        return Timing("ns", ticks, ticks, hz, seconds)
+    return Timing("ticks" if board.runner == "qemu" else "cycles", ticks, ticks, hz, seconds)
+
+
 @dataclass
 class RunReport:
     board: str
@@ -44,15 +84,14 @@ class RunReport:
     output_files: list[Path] = field(default_factory=list)
     storage_bytes: int = 0  # graph executor storage reserved in the firmware
     storage_used: int = 0  # and what the executor placed there
+    timings: list[Timing] = field(default_factory=list)  # one per sample
 
     def to_json(self) -> dict:
         samples = []
-        for outs, res in zip(self.outputs, self.results, strict=True):
+        for outs, res, time in zip(self.outputs, self.results, self.timings, strict=True):
             samples.append({
                 "status": res.status,
-                "seconds": res.seconds,
-                "ticks": res.ticks,
-                "tick_hz": res.hz,
+                **time.to_json(),
                 "workspace_peak_bytes": res.workspace_peak,
                 "outputs": {k: v.tolist() for k, v in outs.items()},
             })
@@ -73,13 +112,17 @@ def prepare_input(spec: TensorSpec, array: np.ndarray, origin: str) -> bytes:
     return np.ascontiguousarray(array).astype(want.newbyteorder("<"), copy=False).tobytes()
 
 
-def ensure_built(project_dir: Path, progress=None) -> BuildResult:
-    """Bring the firmware up to date; Ninja decides what is stale (a no-op build is fast)."""
-    return build(project_dir, progress=progress)
+def ensure_built(project_dir: Path, progress=None, sanitize: bool | None = None) -> BuildResult:
+    """Bring the firmware up to date; Ninja decides what is stale (a no-op build is fast).
+
+    `sanitize=None` keeps the sanitizer setting of the last build.
+    """
+    return build(project_dir, sanitize=sanitize, progress=progress)
 
 
 def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
-                output_dir: Path | None = None, progress=None) -> RunReport:
+                output_dir: Path | None = None, progress=None,
+                sanitize: bool | None = None) -> RunReport:
     project = load_project(project_dir)
     inputs = [TensorSpec.from_json(d) for d in project["module"]["inputs"]]
     outputs = [TensorSpec.from_json(d) for d in project["module"]["outputs"]]
@@ -94,7 +137,7 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
                              + (f"; unknown {', '.join(unknown)}" if unknown else ""))
         encoded.append([prepare_input(s, sample[s.name], where) for s in inputs])
 
-    ensure_built(project_dir, progress)
+    ensure_built(project_dir, progress, sanitize)
     board = load_board(project["board"])
     elf = project_dir / BUILD_DIR / FIRMWARE
     size = elf_size(elf, board_ram(board))
@@ -130,7 +173,8 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
             raise DeviceError(f"{device.description} exited with status {status}")
     report = RunReport(board.name, all_outputs, results, size.flash, size.ram,
                        project["module"]["arena_bytes"], storage_bytes=hello.storage_bytes,
-                       storage_used=hello.storage_used)
+                       storage_used=hello.storage_used,
+                       timings=[timing(board, r.ticks, r.hz) for r in results])
     if output_dir is not None:
         output_dir.mkdir(parents=True, exist_ok=True)
         for spec in outputs:

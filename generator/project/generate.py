@@ -29,6 +29,7 @@ from generator.mlf.model import (
 )
 from generator.mlf.reader import load_mlf
 from generator.project.cdata import c_bytes_initializer, c_string_literal
+from generator.project.fit import check_fits
 from generator.resources import templates_dir
 
 PROJECT_FILE = "project.json"
@@ -167,6 +168,7 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
         raise ProjectError(f"{archive_path}: no module '{module_name}' (it has: {names})") from None
     kind = resolve_project_type(module, project_type)
     check_buildable(module, board, str(archive_path), kind)
+    check_fits(module, board, kind, str(archive_path))
     _check_target_dir(out_dir, force)
 
     rendered = _render_files(archive, files, module, board, archive_path, kind)
