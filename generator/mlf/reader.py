@@ -36,6 +36,7 @@ from generator.mlf.safejson import load_bounded
 from generator.mlf.schema import check_metadata
 
 MAX_METADATA_BYTES = 16 * 1024 * 1024
+MAX_IO_BYTES = 1 << 30  # one input or output tensor
 SUPPORTED_VERSIONS = (5, 6, 7, 8)
 NEWEST_KNOWN_VERSION = 8
 # generator/export/mlf_writer.py ABI_NAME and OPERATOR_ABI_NAME, and the style of archive
@@ -236,7 +237,7 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
             raise UnsupportedModelError(f"{where}: inputs/outputs placed inside USMP pools "
                                         "(tir.usmp.use_workspace_io) are not supported yet")
 
-    registry = sources.system_library_functions(c_text)
+    registry = _registry(where, c_text)
     op_workspaces = [_operator_workspace(f) for f in functions.get("operator_functions") or []]
     summary = (_graph_summary(graph, params, files.has(params_path), params_path, registry,
                               set(defs), bool(srcs), memory.get("sids"))
@@ -323,7 +324,7 @@ def _read_operator_module(files: ArchiveFiles, name: str, info: object) -> Modul
     objs = [ObjectFile(n, sources.elf_arch(files.data[n]))
             for n in files.under("codegen/host/lib/") if _module_file(n, name, 8)]
     c_text = "\n".join(files.text(s.path) for s in srcs)
-    registry = sources.system_library_functions(c_text)
+    registry = _registry(where, c_text)
     if registry is None:
         raise MlfError(f"{where}: the sources have no system library (a TVMFuncRegistry and "
                        "TVMSystemLibEntryPoint); the operators cannot be called by name")
@@ -363,6 +364,13 @@ def _read_operator_module(files: ArchiveFiles, name: str, info: object) -> Modul
         abi=abi,
         operators=operators,
     )
+
+
+def _registry(where: str, c_text: str) -> list[str] | None:
+    try:
+        return sources.system_library_functions(c_text)
+    except MlfError as exc:
+        raise MlfError(f"{where}: {exc}") from None
 
 
 def _operator(item: object, where: str) -> OperatorInfo:
@@ -493,79 +501,127 @@ def _entry_kind(where: str, executor: str, interface: str, mod: str,
                                 "cannot find the model's entry point")
 
 
-def _original_names(members: list[str], known: list[str]) -> list[str]:
-    """Map C struct member names (sanitized) back to the tensors' original names."""
-    by_c = {c_identifier(k): k for k in known}
-    return [by_c.get(c_identifier(m), m) for m in members]
+def _pair_names(members: list[str], declared: list[str], known: list[str]) -> list[str]:
+    """The tensor names for the header's struct members.
+
+    A member is TVM's sanitised name of a tensor (`input_1:0` → `input_1_0`): match it to a
+    declared (metadata) or known (Relay) name by that rule. When some member matches none,
+    but the metadata declares as many tensors as the header has members, they are paired by
+    position (TVM 0.11-era archives name a tensor one way in each file).
+    """
+    by_c: dict[str, str] = {}
+    for name in [*known, *declared]:
+        by_c.setdefault(c_identifier(name), name)
+    for name in declared:
+        by_c[c_identifier(name)] = name
+    if all(c_identifier(m) in by_c for m in members):
+        return [by_c[c_identifier(m)] for m in members]
+    if declared and len(declared) == len(members):
+        return list(declared)
+    return list(members)
+
+
+def _declared(main: dict, kind: str) -> dict[str, dict]:
+    entries = main.get(kind)
+    return entries if isinstance(entries, dict) else {}
+
+
+def _io_size(where: str, what: str, name: str, declared: dict, header, mod: str,
+             member: str | None) -> int | None:
+    """A tensor's size from the metadata and the header macro, which must agree."""
+    meta_size = declared.get(name, {}).get("size")
+    header_size = header.io_size(mod, member) if header is not None and member else None
+    if meta_size is not None and header_size is not None and meta_size != header_size:
+        raise MlfError(f"{where}: {what} '{name}' has {meta_size} bytes in metadata.json but "
+                       f"{header_size} in the C interface header")
+    return meta_size if meta_size is not None else header_size
 
 
 def _resolve_inputs(where: str, mod: str, main: dict, header, relay,
                     param_names: set[str]) -> list[TensorInfo]:
-    meta_in = main.get("inputs") if isinstance(main.get("inputs"), dict) else {}
+    meta_in = _declared(main, "inputs")
     relay_params = {p.name: p for p in relay.params} if relay else {}
+    members: list[str | None]
     if header is not None and header.inputs:
-        names = _original_names(header.inputs, [*relay_params, *meta_in])
+        members = list(header.inputs)
+        names = _pair_names(header.inputs, list(meta_in), list(relay_params))
     elif meta_in:
         order = [p for p in relay_params if p in meta_in]
         names = order + sorted(n for n in meta_in if n not in order)
+        members = [None] * len(names)
     elif relay is not None:
         names = [p.name for p in relay.params
                  if p.name not in param_names and not _PARAM_NAME_RE.match(p.name)]
+        members = [None] * len(names)
     else:
         raise MlfError(f"{where}: cannot tell the model's inputs (no metadata inputs, no C "
                        "interface header, no Relay text)")
     if not names:
         raise MlfError(f"{where}: the model has no inputs")
     result = []
-    for n in names:
+    for n, member in zip(names, members, strict=True):
         rp = relay_params.get(n)
-        md = meta_in.get(n, {})
-        dtype = md.get("dtype") or (rp.dtype if rp else None)
-        size = md.get("size")
-        if size is None and header is not None:
-            size = header.io_size(mod, n)
+        dtype = meta_in.get(n, {}).get("dtype") or (rp.dtype if rp else None)
+        size = _io_size(where, "input", n, meta_in, header, mod, member)
         if size is None and rp is not None:
             size = rp.size_bytes
         if dtype is None or size is None:
             raise MlfError(f"{where}: cannot tell the dtype and size of input '{n}'")
-        shape = rp.shape if rp is not None and rp.size_bytes == size else None
-        result.append(TensorInfo(n, dtype, int(size), shape, "relay" if shape else "flat"))
+        result.append(_tensor(where, "input", n, _checked_dtype(where, n, dtype), size,
+                              rp.shape if rp is not None and rp.size_bytes == size else None))
     return result
 
 
 def _resolve_outputs(where: str, mod: str, main: dict, header, relay,
                      inputs: list[TensorInfo]) -> list[TensorInfo]:
-    meta_out = main.get("outputs") if isinstance(main.get("outputs"), dict) else {}
+    meta_out = _declared(main, "outputs")
+    members: list[str | None]
     if header is not None and header.outputs:
-        names = _original_names(header.outputs, list(meta_out))
+        members = list(header.outputs)
+        names = _pair_names(header.outputs, sorted(meta_out, key=_natural_key), [])
     elif meta_out:
         names = sorted(meta_out, key=_natural_key)
+        members = [None] * len(names)
     else:
-        names = ["output"]
+        names, members = ["output"], [None]
+    single = relay.result if relay is not None and len(names) == 1 else None
     result = []
-    for n in names:
-        md = meta_out.get(n, {})
-        size = md.get("size")
-        if size is None and header is not None:
-            size = header.io_size(mod, n)
+    for n, member in zip(names, members, strict=True):
+        size = _io_size(where, "output", n, meta_out, header, mod, member)
+        if size is None and single is not None:
+            size = single.size_bytes
         if size is None and len(names) == 1 and main.get("io_size_bytes"):
             size = int(main["io_size_bytes"]) - sum(t.size_bytes for t in inputs)
-        dtype = md.get("dtype")
-        if dtype is None and relay is not None:
-            dtype = relay.result.dtype if relay.result else relay.result_dtype_hint
+        dtype = meta_out.get(n, {}).get("dtype")
+        if dtype is None and not meta_out and relay is not None:
+            dtype = (single.dtype if single is not None
+                     else relay.result_dtype_hint or relay.uniform_dtype)
         if dtype is None:
-            dtype = inputs[0].dtype
+            raise MlfError(f"{where}: cannot tell the dtype of output '{n}' (neither "
+                           "metadata.json nor the model's Relay text gives it)")
         if size is None or size <= 0:
             raise MlfError(f"{where}: cannot tell the size of output '{n}'")
-        if size * 8 % dtype_bits(dtype):
-            raise MlfError(f"{where}: output '{n}' has {size} bytes, not a whole number of "
-                           f"{dtype} elements")
-        shape = None
-        if len(names) == 1 and relay is not None and relay.result is not None \
-                and relay.result.size_bytes == size:
-            shape = relay.result.shape
-        result.append(TensorInfo(n, dtype, int(size), shape, "relay" if shape else "flat"))
+        shape = single.shape if single is not None and single.size_bytes == size else None
+        result.append(_tensor(where, "output", n, _checked_dtype(where, n, dtype), size, shape))
     return result
+
+
+def _checked_dtype(where: str, name: str, dtype: str) -> str:
+    try:
+        dtype_bits(dtype)
+    except ValueError:
+        raise MlfError(f"{where}: tensor '{name}' has unknown dtype '{dtype}'") from None
+    return dtype
+
+
+def _tensor(where: str, what: str, name: str, dtype: str, size: int,
+            shape: tuple[int, ...] | None) -> TensorInfo:
+    if not 0 < size <= MAX_IO_BYTES:
+        raise MlfError(f"{where}: {what} '{name}' has {size} bytes (from 1 to {MAX_IO_BYTES})")
+    if size * 8 % dtype_bits(dtype):
+        raise MlfError(f"{where}: {what} '{name}' has {size} bytes, not a whole number of "
+                       f"{dtype} elements")
+    return TensorInfo(name, dtype, int(size), shape, "relay" if shape else "flat")
 
 
 def _natural_key(name: str):

@@ -11,6 +11,7 @@ import re
 import struct
 from dataclasses import dataclass
 
+from generator.errors import MlfError
 from generator.mlf.model import ShapedTensor, c_identifier
 
 _COMMENT_RE = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
@@ -110,7 +111,7 @@ def internal_pools(c_text: str) -> dict[str, int]:
 # ---- Relay text (src/<mod>.relay, src/relay.txt) -----------------------------------------
 
 _RELAY_PARAM_RE = re.compile(
-    r'%(?:"([^"]+)"|([\w.]+))\s*:\s*Tensor\[\(([^)]*)\),\s*(\w+)\]'
+    r'%(?:"([^"]+)"|([\w.:]+?))\s*:\s*Tensor\[\(([^)]*)\),\s*(\w+)\]'
 )
 _RELAY_TY_RE = re.compile(r"ty=Tensor\[\(([^)]*)\),\s*(\w+)\]")
 _RELAY_DTYPE_RE = re.compile(r'(?:out_)?dtype="(\w+)"')
@@ -121,6 +122,7 @@ class RelaySignature:
     params: list[ShapedTensor]
     result: ShapedTensor | None  # from a `-> Tensor[...]` or a `ty=` annotation, when present
     result_dtype_hint: str | None  # from the last expression's out_dtype/dtype, when present
+    uniform_dtype: str | None = None  # the one dtype of every parameter, when no op casts
 
 
 def parse_relay_main(text: str) -> RelaySignature | None:
@@ -156,7 +158,9 @@ def parse_relay_main(text: str) -> RelaySignature | None:
         dt = _RELAY_DTYPE_RE.search(last_expr)
         if dt:
             hint = dt.group(1)
-    return RelaySignature(params, result, hint)
+    dtypes = {p.dtype for p in params}
+    uniform = dtypes.pop() if len(dtypes) == 1 and not _RELAY_DTYPE_RE.search(body) else None
+    return RelaySignature(params, result, hint, uniform)
 
 
 def _last_expression(body: str) -> str | None:
@@ -200,7 +204,10 @@ _SIMPLE_ESCAPES = {"n": 10, "t": 9, "r": 13, "0": 0, "a": 7, "b": 8, "f": 12, "v
 
 
 def c_string_bytes(literal_body: str) -> bytes:
-    """The bytes of a C string literal's body (escapes decoded, no terminating NUL)."""
+    """The bytes of a C string literal's body (escapes decoded, no terminating NUL).
+
+    A malformed escape (a trailing backslash, `\\x` without hex digits) raises MlfError.
+    """
     out = bytearray()
     i = 0
     while i < len(literal_body):
@@ -209,6 +216,8 @@ def c_string_bytes(literal_body: str) -> bytes:
             out += c.encode()
             i += 1
             continue
+        if i + 1 >= len(literal_body):
+            raise MlfError("a C string literal ends in a lone backslash")
         nxt = literal_body[i + 1]
         if nxt in "01234567":
             j = i + 1
@@ -220,26 +229,41 @@ def c_string_bytes(literal_body: str) -> bytes:
             j = i + 2
             while j < len(literal_body) and literal_body[j] in "0123456789abcdefABCDEF":
                 j += 1
+            if j == i + 2:
+                raise MlfError("a C string literal has a \\x escape without hex digits")
             out.append(int(literal_body[i + 2:j], 16) & 0xFF)
             i = j
         else:
-            out.append(_SIMPLE_ESCAPES.get(nxt, ord(nxt)))
+            out.append(_SIMPLE_ESCAPES.get(nxt, ord(nxt) & 0xFF))
             i += 2
     return bytes(out)
+
+
+_C_NAME_RE = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def system_library_functions(c_text: str) -> list[str] | None:
     """Names in the archive's system-library registry, or None if it has no registry.
 
-    The registry's names blob starts with the function count (u16, little-endian), then
-    each name and its NUL (TVM's `TVMFuncRegistry`).
+    TVM's `TVMFuncRegistry` names blob is the function count, then each name and its NUL.
+    TVM 0.8 wrote the count as one byte, later versions as a little-endian u16: the layout
+    whose count matches that many C-identifier names is the one used.
     """
     m = _REGISTRY_RE.search(c_text)
     if not m or "TVMSystemLibEntryPoint" not in c_text:
         return None
-    blob = b"".join(c_string_bytes(s) for s in _STRING_RE.findall(m.group(1)))
-    if len(blob) < 2:
+    try:
+        blob = b"".join(c_string_bytes(s) for s in _STRING_RE.findall(m.group(1)))
+    except MlfError as exc:
+        raise MlfError(f"the system-library registry is malformed: {exc}") from None
+    for width in (2, 1):
+        if len(blob) < width:
+            continue
+        count = int.from_bytes(blob[:width], "little")
+        names = blob[width:].split(b"\0")
+        if len(names) > count and all(_C_NAME_RE.fullmatch(n) for n in names[:count]):
+            return [n.decode("ascii") for n in names[:count]]
+    if blob in (b"", b"\0", b"\0\0"):
         return []
-    (count,) = struct.unpack_from("<H", blob)
-    names = blob[2:].split(b"\0")
-    return [n.decode(errors="replace") for n in names[:count]]
+    raise MlfError("the system-library registry's names are not a count followed by that many "
+                   "C identifiers")
