@@ -239,12 +239,16 @@ class Generate(Command):
                             help="standalone: the firmware runs the model; host-driven: an "
                                  "RPC server for 'serve' (default: host-driven for "
                                  "operator-style archives, standalone otherwise)")
+        parser.add_argument("--cmsis-nn", type=Path, metavar="PATH",
+                            help="CMSIS-NN source tree, for archives with cmsis-nn BYOC "
+                                 "partitions (default: $CMSIS_NN_PATH)")
 
     def do_run(self, args):
         from generator.project.generate import generate
 
         project = generate(args.archive, args.board, args.output, force=args.force,
-                           module_name=args.module, project_type=args.project_type)
+                           module_name=args.module, project_type=args.project_type,
+                           cmsis_nn=args.cmsis_nn)
         if args.json:
             self.emit_json({"project": str(project.path), "board": project.board.name,
                             "module": project.module.name, "entry": project.module.entry,
@@ -400,20 +404,23 @@ class Serve(Command):
         parser.add_argument("--baud", type=int, default=115200, help="serial baud rate")
         parser.add_argument("--timeout", type=float, default=60.0,
                             help="seconds the device may take to answer one request")
+        parser.add_argument("--idle-timeout", type=float, default=60.0, metavar="SECONDS",
+                            help="end the session of a client that sends nothing for this "
+                                 "long, freeing the device for the next (default 60; 0: never)")
 
     def do_run(self, args):
-        from generator.rpc.serve import ServeOptions, serve
+        from generator.rpc.serve import ServeOptions, Stopped, serve
         from generator.rpc.tracker import parse_tracker_address
 
         if not 0 <= args.port <= 65535:
             raise InputError(f"--port {args.port}: not a TCP port")
-        if args.sessions < 0 or args.timeout <= 0:
-            raise InputError("--sessions must be >= 0 and --timeout > 0")
+        if args.sessions < 0 or args.timeout <= 0 or args.idle_timeout < 0:
+            raise InputError("--sessions and --idle-timeout must be >= 0 and --timeout > 0")
         options = ServeOptions(
             host=args.host, port=args.port, key=args.key,
             tracker=parse_tracker_address(args.tracker) if args.tracker else None,
             sessions=args.sessions, serial_port=args.serial, baud=args.baud,
-            reply_timeout=args.timeout)
+            reply_timeout=args.timeout, idle_timeout=args.idle_timeout)
 
         def announce(bridge) -> None:
             if args.json:
@@ -427,6 +434,8 @@ class Serve(Command):
             served = serve(args.project, options, announce, progress=progress)
         except OSError as exc:
             raise InputError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
+        except Stopped as exc:
+            return 128 + exc.signum  # the device is stopped already
         if args.json:
             print(json.dumps({"event": "done", "sessions": served}), flush=True)
         return EXIT_OK

@@ -84,6 +84,9 @@ class Graph:
     def op_nodes(self) -> list[GraphNode]:
         return [n for n in self.nodes if n.op == "tvm_op" and n.func_name != "__nop"]
 
+    def arg_names(self) -> list[str]:
+        return [self.nodes[nid].name for nid in self.arg_nodes]
+
     def func_names(self) -> list[str]:
         """Distinct operator functions, in first-use order."""
         seen: dict[str, None] = {}

@@ -96,6 +96,15 @@ class Pool:
 class SourceFile:
     path: str  # path inside the archive
     language: str  # "c" | "c++"
+    # The first word of its `// tvm target:` line: "c" for TVM's own code, else the BYOC
+    # code generator that wrote it ("cmsis-nn", "ethos-u", ...).
+    target: str = "c"
+    includes: tuple[str, ...] = ()  # headers it includes with <...>
+    uses_dsp: bool = False  # includes <arm_acle.h>: Cortex-M DSP intrinsics
+
+    @property
+    def is_partition(self) -> bool:
+        return self.target != "c"
 
 
 @dataclass(frozen=True)

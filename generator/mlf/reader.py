@@ -174,10 +174,13 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
     for n in src_names:
         ext = n.rsplit(".", 1)[-1]
         if ext not in _LANGUAGES:
-            raise MlfError(f"{where}: unexpected source file '{n}'")
-        srcs.append(SourceFile(n, _LANGUAGES[ext]))
-    objs = [ObjectFile(n, sources.elf_arch(files.data[n])) for n in obj_names]
-    c_text = "\n".join(files.text(s.path) for s in srcs)
+            raise MlfError(f"{where}: unexpected source file '{_safe_member(where, n)}'")
+        traits = sources.source_traits(files.text(_safe_member(where, n)))
+        srcs.append(SourceFile(n, _LANGUAGES[ext], traits.target, traits.includes,
+                               traits.uses_dsp))
+    objs = [ObjectFile(n, sources.elf_arch(files.data[_safe_member(where, n)]))
+            for n in obj_names]
+    c_text = "\n".join(files.text(s.path) for s in srcs if not s.is_partition)
 
     header_path = f"codegen/host/include/tvmgen_{name}.h"
     header = (sources.parse_interface_header(files.text(header_path), name)
@@ -202,7 +205,8 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
     graph = None
     if graph_path is not None:
         graph = parse_graph(files.text(graph_path), f"{where}: {graph_path}")
-        gio = graph_io(graph, {p.name for p in params})
+        gio = graph_io(graph, _graph_param_names(graph, params, files.has(params_path),
+                                                 _declared(main, "inputs")))
         meta_out = main.get("outputs") if isinstance(main.get("outputs"), dict) else {}
         out_names = sorted(meta_out, key=_natural_key) if len(meta_out) == len(gio.outputs) \
             else [t.name for t in gio.outputs]
@@ -240,7 +244,7 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
     registry = _registry(where, c_text)
     op_workspaces = [_operator_workspace(f) for f in functions.get("operator_functions") or []]
     summary = (_graph_summary(graph, params, files.has(params_path), params_path, registry,
-                              set(defs), bool(srcs), memory.get("sids"))
+                              set(defs), bool(srcs), memory.get("sids"), inputs)
                if graph is not None else None)
 
     deps = info.get("external_dependencies") or []
@@ -319,9 +323,9 @@ def _read_operator_module(files: ArchiveFiles, name: str, info: object) -> Modul
         if _module_file(n, name, 8):
             ext = n.rsplit(".", 1)[-1]
             if _LANGUAGES.get(ext) != "c":
-                raise MlfError(f"{where}: unexpected source file '{n}'")
-            srcs.append(SourceFile(n, "c"))
-    objs = [ObjectFile(n, sources.elf_arch(files.data[n]))
+                raise MlfError(f"{where}: unexpected source file '{_safe_member(where, n)}'")
+            srcs.append(SourceFile(_safe_member(where, n), "c"))
+    objs = [ObjectFile(n, sources.elf_arch(files.data[_safe_member(where, n)]))
             for n in files.under("codegen/host/lib/") if _module_file(n, name, 8)]
     c_text = "\n".join(files.text(s.path) for s in srcs)
     registry = _registry(where, c_text)
@@ -364,6 +368,17 @@ def _read_operator_module(files: ArchiveFiles, name: str, info: object) -> Modul
         abi=abi,
         operators=operators,
     )
+
+
+def _safe_member(where: str, path: str) -> str:
+    """A member the tool copies into projects: its name must be plain (letters, digits,
+    '_', '.', '+', '-'), since it reaches CMake and C text."""
+    base = path.rsplit("/", 1)[-1]
+    if not sources.SAFE_FILE_NAME_RE.fullmatch(base):
+        shown = base.encode("unicode_escape").decode("ascii")[:80]
+        raise MlfError(f"{where}: file name '{shown}' has characters other than letters, "
+                       "digits, '_', '.', '+' and '-'; refusing the archive")
+    return path
 
 
 def _registry(where: str, c_text: str) -> list[str] | None:
@@ -431,13 +446,30 @@ def _operator_workspace(func: object) -> int:
     return max(sizes, default=0)
 
 
+def _graph_param_names(graph: Graph, params: list[ParamTensor], has_params: bool,
+                       declared_inputs: dict) -> set[str]:
+    """The graph's argument nodes that are parameters, not model inputs.
+
+    With a params file, its names. Without one (the parameters were not exported), the
+    argument nodes metadata.json does not list as inputs, or, when it lists none, those
+    named as TVM names bound parameters (p0, p1, ...).
+    """
+    if has_params:
+        return {p.name for p in params}
+    args = [graph.nodes[nid].name for nid in graph.arg_nodes]
+    if declared_inputs:
+        return {a for a in args if a not in declared_inputs}
+    return {a for a in args if _PARAM_NAME_RE.match(a)}
+
+
 def _graph_summary(graph: Graph, params: list[ParamTensor], has_params: bool,
                    params_path: str, registry: list[str] | None, defined: set[str],
-                   has_sources: bool, sids: object) -> GraphSummary:
+                   has_sources: bool, sids: object, inputs: list[TensorInfo]) -> GraphSummary:
     problems = graph.problems()
     if not has_params:
-        problems.append(f"the archive has no {params_path}: the graph's parameters have no "
-                        "data")
+        missing = sorted(set(graph.arg_names()) - {t.name for t in inputs})
+        problems.append(f"the archive has no {params_path}: the graph's parameters "
+                        f"({', '.join(missing) or 'none'}) have no data")
     problems += graph.param_problems({p.name: (p.dtype, p.shape) for p in params})
     functions = graph.func_names()
     available = set(registry) if registry is not None else defined

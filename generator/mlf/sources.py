@@ -31,6 +31,27 @@ UNSUPPORTED_CALLS = ("TVMBackendGetFuncFromEnv", "TVMFuncCall", "TVMBackendParal
                      "TVMBackendRunOnce", "TVMBackendAnyListSetPackedArg")
 
 
+_TARGET_LINE_RE = re.compile(r"^//\s*tvm target:\s*(\S*)", re.M)
+_SYSTEM_INCLUDE_RE = re.compile(r"^\s*#\s*include\s*<([^>\n]{1,200})>", re.M)
+# A file name the tool copies into a project: it reaches CMake and C text, so only these.
+SAFE_FILE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
+
+
+@dataclass(frozen=True)
+class SourceTraits:
+    target: str  # first word of the `// tvm target:` line ("c" when absent)
+    includes: tuple[str, ...]
+    uses_dsp: bool
+
+
+def source_traits(text: str) -> SourceTraits:
+    """Which code generator wrote a source file, and the system headers it needs."""
+    m = _TARGET_LINE_RE.search(text[:4096])
+    target = (m.group(1) or "c") if m else "c"
+    includes = tuple(dict.fromkeys(_SYSTEM_INCLUDE_RE.findall(text)))
+    return SourceTraits(target, includes, "arm_acle.h" in includes)
+
+
 def strip_comments(text: str) -> str:
     return _COMMENT_RE.sub(" ", text)
 

@@ -30,6 +30,7 @@ from generator.mlf.model import (
 from generator.mlf.reader import load_mlf
 from generator.project.cdata import c_bytes_initializer, c_string_literal
 from generator.project.fit import check_fits
+from generator.project.libraries import Libraries, needed_libraries
 from generator.resources import templates_dir
 
 PROJECT_FILE = "project.json"
@@ -134,6 +135,13 @@ def check_buildable(module: ModuleInfo, board: Board, origin: str,
         raise UnsupportedModelError(f"{origin}: cannot run this graph: {module.graph.problems[0]}")
     if any(s.language != "c" for s in module.sources):
         raise UnsupportedModelError(f"{origin}: C++ model sources are not supported yet")
+    dsp = [s.path.rsplit("/", 1)[-1] for s in module.sources if s.uses_dsp]
+    if dsp and "dsp" not in getattr(board, "features", ()):
+        raise UnsupportedModelError(
+            f"{origin}: the model's kernels ({', '.join(dsp)}) use Arm DSP intrinsics "
+            f"(<arm_acle.h>, TVM's Cortex-M micro-kernels), and board '{board.name}' has no "
+            "DSP extension",
+            hint="choose a Cortex-M4, M7 or M33 board")
     if module.unsupported_calls:
         raise UnsupportedModelError(
             f"{origin}: the model's code calls {', '.join(module.unsupported_calls)}, "
@@ -158,7 +166,8 @@ def arena_bytes_for(module: ModuleInfo) -> int:
 
 def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = False,
              module_name: str | None = None,
-             project_type: str | None = None) -> GeneratedProject:
+             project_type: str | None = None,
+             cmsis_nn: Path | None = None) -> GeneratedProject:
     board = load_board(board_name)
     archive, files = load_mlf(archive_path)
     try:
@@ -169,12 +178,19 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
     kind = resolve_project_type(module, project_type)
     check_buildable(module, board, str(archive_path), kind)
     check_fits(module, board, kind, str(archive_path))
+    libraries = needed_libraries(module, str(archive_path), cmsis_nn)
     _check_target_dir(out_dir, force)
 
-    rendered = _render_files(archive, files, module, board, archive_path, kind)
+    rendered = _render_files(archive, files, module, board, archive_path, kind, libraries)
     _write_atomically(out_dir, rendered)
     return GeneratedProject(out_dir, board, archive, module, arena_bytes_for(module),
                             sorted(rendered), kind)
+
+
+def plain_text(text: str) -> str:
+    """Text from outside (a file name) made safe for a comment in any generated language:
+    every character but letters, digits and ' _.+-' becomes '?'."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in " _.+-") else "?" for c in text)
 
 
 def rpc_pool_bytes(board: Board) -> int:
@@ -191,7 +207,8 @@ def _check_target_dir(out_dir: Path, force: bool) -> None:
 
 
 def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, board: Board,
-                  archive_path: Path, project_type: str) -> dict[str, bytes]:
+                  archive_path: Path, project_type: str,
+                  libraries: Libraries | None = None) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     common = templates_dir() / "common"
     crt = templates_dir() / "crt"
@@ -247,7 +264,9 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         "abi_version": RUNTIME_ABI_VERSION,
         "board": board,
         "module": module,
-        "archive_name": archive_path.name,
+        "archive_name": plain_text(archive_path.name),
+        "cmsis_nn_path": libraries.cmsis_nn.as_posix() if libraries and libraries.cmsis_nn
+        else None,
         "archive_sha256": archive.sha256 or "directory",
         "arena_bytes": arena,
         "external_pools": external_pools,
