@@ -20,6 +20,7 @@ class QemuSpec:
     machine: str
     cpu: str
     icount_shift: int | None = None
+    args: tuple[str, ...] = ()  # further machine options, e.g. ("-bios", "none")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,10 @@ class Board:
     ram_bytes: int | None = None
     stack_bytes: int | None = None
     qemu: QemuSpec | None = None
+    flash_origin: int | None = None
+    # What the core offers generated code: "dsp" (Arm DSP extension, <arm_acle.h> SIMD
+    # intrinsics), "fpu" (hardware floating point, hard-float ABI), "mve" (Helium).
+    features: tuple[str, ...] = ()
     source: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -49,6 +54,18 @@ class Board:
     def tool(self, name: str) -> str:
         """Name of a binutils/gcc tool of this board's toolchain ('gcc', 'size', ...)."""
         return name if self.is_native else f"{self.toolchain}-{name}"
+
+
+def _strings(value, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"'{what}' must be a list of strings")
+    return tuple(value)
+
+
+def _qemu_spec(table: dict) -> QemuSpec:
+    table = dict(table)
+    table["args"] = _strings(table.get("args", ()), "qemu.args")
+    return QemuSpec(**table)
 
 
 def host_arch() -> str:
@@ -94,7 +111,9 @@ def parse_board(path: Path) -> Board:
             ram_origin=memory.get("ram_origin"),
             ram_bytes=memory.get("ram_bytes"),
             stack_bytes=memory.get("stack_bytes"),
-            qemu=QemuSpec(**qemu) if qemu else None,
+            qemu=_qemu_spec(qemu) if qemu else None,
+            flash_origin=memory.get("flash_origin"),
+            features=_strings(data.get("features", ()), "features"),
             source=data,
         )
     except (KeyError, TypeError) as exc:

@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from generator.boards import list_boards, load_board
 from tests.conftest import REPO
 
 COMMON = REPO / "templates" / "common"
@@ -28,17 +29,16 @@ def test_runtime_unit_tests_under_sanitizers(tmp_path):
     assert proc.stdout.strip().endswith("passed, 0 failed")
 
 
-@pytest.mark.parametrize("platform_dir", ["posix", "mps2_an385"])
-def test_runtime_and_platform_compile_warning_free(tmp_path, platform_dir):
-    """Every runtime and platform file compiles with -Wall -Wextra -Werror for its target."""
-    if platform_dir == "posix":
-        cc, flags = "gcc", []
-    else:
-        cc, flags = "arm-none-eabi-gcc", ["-mcpu=cortex-m3", "-mthumb"]
+@pytest.mark.parametrize("board", list_boards())
+def test_runtime_and_platform_compile_warning_free(tmp_path, board):
+    """Every runtime and platform file compiles with -Wall -Wextra -Werror for every board,
+    with the board's own compiler flags (CPU, FPU, ABI, image)."""
+    spec = load_board(board)
+    cc, flags = spec.tool("gcc"), list(spec.cflags)
     if shutil.which(cc) is None:
         pytest.skip(f"{cc} is not installed")
     files = [*sorted((COMMON / "src").glob("*.c")),
-             *sorted((COMMON / "platform" / platform_dir).glob("*.c")),
+             *sorted((COMMON / "platform" / spec.platform).glob("*.c")),
              REPO / "templates" / "crt" / "src" / "app.c"]
     for src in files:
         subprocess.run([cc, *STRICT, *flags, "-I", str(COMMON / "include"), "-c", str(src),

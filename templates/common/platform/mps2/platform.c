@@ -1,8 +1,9 @@
 /*
- * microtvm-gen board port for QEMU's mps2-an385 (Cortex-M3): implementation of
- * mtvg/platform.h plus the newlib system-call stubs.
+ * microtvm-gen board port for QEMU's Arm MPS2/MPS3 machines (AN385, AN386, AN500, AN505,
+ * AN547): implementation of mtvg/platform.h plus the newlib system-call stubs.
  *
- *   link   CMSDK APB UART0 (0x40004000), polled; QEMU connects it to -serial #0.
+ *   link   CMSDK APB UART0 (address per image, mps2_hw.h), polled, with its receive
+ *          interrupt waking WFI; QEMU connects it to -serial #0.
  *   timer  SysTick on the processor clock, 24-bit down-counter extended to 64 bits by
  *          counting its wrap interrupts.
  *   exit   ARM semihosting SYS_EXIT / SYS_EXIT_EXTENDED, which QEMU turns into its own
@@ -17,14 +18,14 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#include "an385_hw.h"
+#include "mps2_hw.h"
 #include "mtvg/platform.h"
 
 /* ---- Configuration (override with -D) ------------------------------------------------ */
 
-/* Processor clock of the an385 FPGA image (QEMU models SYSCLK = 25 MHz). */
+/* Processor clock of the FPGA image as QEMU models it (the board file passes it too). */
 #ifndef MTVG_CPU_HZ
-#define MTVG_CPU_HZ 25000000u
+#define MTVG_CPU_HZ MTVG_MPS2_DEFAULT_CPU_HZ
 #endif
 
 /* Nominal UART baud rate. QEMU does not pace output by it, but rejects divisors < 16. */
@@ -34,7 +35,7 @@
 
 /* ---- CMSDK APB UART0 ----------------------------------------------------------------- */
 
-#define MTVG_UART0_BASE 0x40004000u
+#define MTVG_UART0_BASE MTVG_MPS2_UART0_BASE
 #define MTVG_UART_DATA MTVG_REG32(MTVG_UART0_BASE + 0x00u)
 #define MTVG_UART_STATE MTVG_REG32(MTVG_UART0_BASE + 0x04u)
 #define MTVG_UART_CTRL MTVG_REG32(MTVG_UART0_BASE + 0x08u)
@@ -119,7 +120,7 @@ uint64_t mtvg_timer_ticks(void) {
 
 /*
  * QEMU derives SysTick from virtual time: with -icount shift=0 one instruction is 1 ns and
- * one tick is 40 ns, so where an instruction falls inside a tick depends on how long the
+ * one tick is 1e9 / MTVG_CPU_HZ ns (40 at 25 MHz), so where an instruction falls inside a tick depends on how long the
  * device polled the UART before, which depends on the host. Stopping SysTick and starting
  * it again restarts the tick at this instruction; the counter goes on from here (the tick
  * in progress counts as a whole one).
@@ -144,10 +145,11 @@ static void uart_init(void) {
   MTVG_UART_STATE = MTVG_UART_STATE_TX_OVERRUN | MTVG_UART_STATE_RX_OVERRUN;
   MTVG_UART_INTSTATUS = MTVG_UART_INT_ALL;
   MTVG_UART_CTRL = MTVG_UART_CTRL_TX_EN | MTVG_UART_CTRL_RX_EN | MTVG_UART_CTRL_RX_INTEN;
-  MTVG_NVIC_ISER0 = 1u << MTVG_AN385_UART0_RX_IRQ;
+  MTVG_NVIC_ISER(MTVG_MPS2_UART0_IRQ_A) = MTVG_NVIC_BIT(MTVG_MPS2_UART0_IRQ_A);
+  MTVG_NVIC_ISER(MTVG_MPS2_UART0_IRQ_B) = MTVG_NVIC_BIT(MTVG_MPS2_UART0_IRQ_B);
 }
 
-void Uart0Rx_Handler(void) { MTVG_UART_INTSTATUS = MTVG_UART_INT_RX; }
+void mtvg_mps2_uart0_irq(void) { MTVG_UART_INTSTATUS = MTVG_UART_INT_RX; }
 
 void mtvg_platform_init(void) {
   uart_init();

@@ -1,20 +1,23 @@
 /*
- * microtvm-gen board port for QEMU's mps2-an385 (Cortex-M3): reset and exception entry.
+ * microtvm-gen board port for QEMU's Arm MPS2/MPS3 machines: reset and exception entry.
  *
- * - The vector table (section .vectors, placed first in flash by linker.ld).
+ * - The vector table (section .vectors, placed first in flash by linker.ld; the TrustZone
+ *   images boot in the secure state with the secure VTOR pointing at that address).
  * - Reset_Handler: copy .data, zero .bss, run the .preinit_array/.init_array constructors,
- *   call main() and hand its return value to mtvg_platform_exit().
+ *   call main() and hand its return value to mtvg_platform_exit(). On cores with an FPU
+ *   (and MVE) it first grants access to it: hard-float code uses it from the first call.
+ * - External interrupts go to one dispatcher: UART0's lines wake the link, any other is fatal.
  * - Every other exception except SysTick is fatal: it is reported on the semihosting
  *   console and QEMU is ended with status MTVG_FAULT_EXIT_BASE + exception number
  *   (HardFault -> 131), so a crashed program never hangs the host.
  *
- * Written for the ARMv7-M exception model; no code here is board-specific beyond the
- * number of external interrupt lines.
+ * Written for the ARMv7-M/ARMv8-M mainline exception model; the image-specific numbers are
+ * in mps2_hw.h.
  */
 #include <stddef.h>
 #include <stdint.h>
 
-#include "an385_hw.h"
+#include "mps2_hw.h"
 #include "mtvg/platform.h"
 
 /* Exit status of a fatal exception: this base plus the exception number (IPSR). */
@@ -37,7 +40,8 @@
 #define MTVG_FRAME_XPSR 7u
 
 #define MTVG_NUM_SYSTEM_VECTORS 16u /* initial SP + 15 system exception slots */
-#define MTVG_NUM_VECTORS (MTVG_NUM_SYSTEM_VECTORS + MTVG_AN385_NUM_IRQS)
+#define MTVG_NUM_VECTORS (MTVG_NUM_SYSTEM_VECTORS + MTVG_MPS2_NUM_IRQS)
+#define MTVG_IPSR_MASK 0x1FFu
 
 #define MTVG_STRINGIFY_(x) #x
 #define MTVG_STRINGIFY(x) MTVG_STRINGIFY_(x)
@@ -61,9 +65,10 @@ extern const mtvg_init_fn __init_array_end[];
 extern int main(void);
 
 void Reset_Handler(void) __attribute__((noreturn));
-void mtvg_an385_fault_entry(void) __attribute__((naked, noreturn));
-void mtvg_an385_fault_report(const uint32_t* frame, uint32_t ipsr, uint32_t exc_return)
+void mtvg_mps2_fault_entry(void) __attribute__((naked, noreturn));
+void mtvg_mps2_fault_report(const uint32_t* frame, uint32_t ipsr, uint32_t exc_return)
     __attribute__((noreturn, used));
+void mtvg_mps2_irq(void);
 
 /* One vector table slot: the initial stack pointer or a handler address. */
 typedef union {
@@ -71,17 +76,24 @@ typedef union {
   void (*handler)(void);
 } mtvg_vector;
 
-/* Fault reporter stack; referenced by name from the assembly in mtvg_an385_fault_entry. */
-uint8_t mtvg_an385_fault_stack[MTVG_FAULT_STACK_SIZE] __attribute__((aligned(8), used));
+/* Fault reporter stack; referenced by name from the assembly in mtvg_mps2_fault_entry. */
+uint8_t mtvg_mps2_fault_stack[MTVG_FAULT_STACK_SIZE] __attribute__((aligned(8), used));
 
-#define MTVG_FATAL {.handler = mtvg_an385_fault_entry}
-#define MTVG_FATAL8 MTVG_FATAL, MTVG_FATAL, MTVG_FATAL, MTVG_FATAL, \
-                    MTVG_FATAL, MTVG_FATAL, MTVG_FATAL, MTVG_FATAL
+#define MTVG_FATAL {.handler = mtvg_mps2_fault_entry}
+#define MTVG_IRQ {.handler = mtvg_mps2_irq}
+#define MTVG_IRQ8 MTVG_IRQ, MTVG_IRQ, MTVG_IRQ, MTVG_IRQ, MTVG_IRQ, MTVG_IRQ, MTVG_IRQ, MTVG_IRQ
+#define MTVG_IRQ32 MTVG_IRQ8, MTVG_IRQ8, MTVG_IRQ8, MTVG_IRQ8
 
-/* The external-interrupt part of the table below is spelled out for exactly 32 lines. */
-typedef char mtvg_an385_irq_count_check[(MTVG_AN385_NUM_IRQS == 32u) ? 1 : -1];
+/* Every external interrupt line enters the dispatcher; the table covers 32 or 96 lines. */
+#if MTVG_MPS2_NUM_IRQS == 32u
+#define MTVG_IRQ_VECTORS MTVG_IRQ32
+#elif MTVG_MPS2_NUM_IRQS == 96u
+#define MTVG_IRQ_VECTORS MTVG_IRQ32, MTVG_IRQ32, MTVG_IRQ32
+#else
+#error "MTVG_MPS2_NUM_IRQS: the vector table is spelled out for 32 or 96 lines"
+#endif
 
-__attribute__((section(".vectors"), used)) const mtvg_vector mtvg_an385_vectors[MTVG_NUM_VECTORS] = {
+__attribute__((section(".vectors"), used)) const mtvg_vector mtvg_mps2_vectors[MTVG_NUM_VECTORS] = {
     [0] = {.stack_top = __stack_top__},
     [MTVG_EXC_RESET] = {.handler = Reset_Handler},
     [MTVG_EXC_NMI] = MTVG_FATAL,
@@ -98,12 +110,7 @@ __attribute__((section(".vectors"), used)) const mtvg_vector mtvg_an385_vectors[
     [13] = MTVG_FATAL, /* reserved */
     [MTVG_EXC_PENDSV] = MTVG_FATAL,
     [MTVG_EXC_SYSTICK] = {.handler = SysTick_Handler},
-    /* IRQ 0 wakes the link's WFI when a byte arrives; any other IRQ is fatal. */
-    [MTVG_EXC_FIRST_IRQ + MTVG_AN385_UART0_RX_IRQ] = {.handler = Uart0Rx_Handler},
-    MTVG_FATAL, MTVG_FATAL, MTVG_FATAL, MTVG_FATAL, MTVG_FATAL, MTVG_FATAL, MTVG_FATAL,
-    MTVG_FATAL8,
-    MTVG_FATAL8,
-    MTVG_FATAL8,
+    MTVG_IRQ_VECTORS,
 };
 
 static void run_init_array(const mtvg_init_fn* begin, const mtvg_init_fn* end) {
@@ -113,8 +120,13 @@ static void run_init_array(const mtvg_init_fn* begin, const mtvg_init_fn* end) {
 }
 
 void Reset_Handler(void) {
-  /* QEMU starts with VTOR = 0 already; set it anyway so the table may move. */
-  MTVG_SCB_VTOR = (uint32_t)(uintptr_t)mtvg_an385_vectors;
+#if defined(__ARM_FP) || defined(__ARM_FEATURE_MVE)
+  /* Hard-float code may use the FPU (and MVE) anywhere after this: enable it first. */
+  MTVG_SCB_CPACR |= MTVG_SCB_CPACR_CP10_CP11_FULL;
+  __asm__ volatile("dsb\n\tisb" ::: "memory");
+#endif
+  /* QEMU starts with VTOR at the table already; set it anyway so the table may move. */
+  MTVG_SCB_VTOR = (uint32_t)(uintptr_t)mtvg_mps2_vectors;
 
   const uint32_t* src = __data_load__;
   for (uint32_t* dst = __data_start__; dst < __data_end__; ++dst, ++src) {
@@ -136,7 +148,7 @@ void Reset_Handler(void) {
  * the private fault stack: r0 = the stacked exception frame (MSP or PSP, chosen by
  * EXC_RETURN bit 2), r1 = IPSR (exception number), r2 = EXC_RETURN.
  */
-void mtvg_an385_fault_entry(void) {
+void mtvg_mps2_fault_entry(void) {
   __asm__ volatile(
       "tst   lr, #4\n\t"
       "ite   eq\n\t"
@@ -144,10 +156,25 @@ void mtvg_an385_fault_entry(void) {
       "mrsne r0, psp\n\t"
       "mrs   r1, ipsr\n\t"
       "mov   r2, lr\n\t"
-      "movw  r3, #:lower16:(mtvg_an385_fault_stack + " MTVG_STRINGIFY(MTVG_FAULT_STACK_SIZE) ")\n\t"
-      "movt  r3, #:upper16:(mtvg_an385_fault_stack + " MTVG_STRINGIFY(MTVG_FAULT_STACK_SIZE) ")\n\t"
+      "movw  r3, #:lower16:(mtvg_mps2_fault_stack + " MTVG_STRINGIFY(MTVG_FAULT_STACK_SIZE) ")\n\t"
+      "movt  r3, #:upper16:(mtvg_mps2_fault_stack + " MTVG_STRINGIFY(MTVG_FAULT_STACK_SIZE) ")\n\t"
       "msr   msp, r3\n\t"
-      "b     mtvg_an385_fault_report\n\t");
+      "b     mtvg_mps2_fault_report\n\t");
+}
+
+/*
+ * External interrupts: UART0's lines are the link's wake-up (see mtvg_link_read); any other
+ * line was never enabled, so it is reported as fatal like an unexpected exception.
+ */
+void mtvg_mps2_irq(void) {
+  uint32_t ipsr;
+  __asm__ volatile("mrs %0, ipsr" : "=r"(ipsr));
+  uint32_t irq = (ipsr & MTVG_IPSR_MASK) - MTVG_EXC_FIRST_IRQ;
+  if (irq == MTVG_MPS2_UART0_IRQ_A || irq == MTVG_MPS2_UART0_IRQ_B) {
+    mtvg_mps2_uart0_irq();
+    return;
+  }
+  mtvg_mps2_fault_report(NULL, ipsr, 0u);
 }
 
 static const char* exception_name(uint32_t exc) {
@@ -218,9 +245,9 @@ static int frame_is_readable(const uint32_t* frame) {
          addr + MTVG_FRAME_WORDS * sizeof(uint32_t) <= (uintptr_t)__ram_end__;
 }
 
-void mtvg_an385_fault_report(const uint32_t* frame, uint32_t ipsr, uint32_t exc_return) {
+void mtvg_mps2_fault_report(const uint32_t* frame, uint32_t ipsr, uint32_t exc_return) {
   static mtvg_msg msg;
-  uint32_t exc = ipsr & 0x1FFu;
+  uint32_t exc = ipsr & MTVG_IPSR_MASK;
 
   msg.len = 0u;
   msg_put(&msg, "mtvg: fatal exception ");
@@ -228,7 +255,9 @@ void mtvg_an385_fault_report(const uint32_t* frame, uint32_t ipsr, uint32_t exc_
   msg_put(&msg, " (");
   msg_put(&msg, exception_name(exc));
   msg_put(&msg, ")");
-  if (frame_is_readable(frame)) {
+  if (frame == NULL) {
+    /* an unexpected interrupt, reported by the dispatcher: no frame to show */
+  } else if (frame_is_readable(frame)) {
     msg_hex(&msg, " pc=", frame[MTVG_FRAME_PC]);
     msg_hex(&msg, " lr=", frame[MTVG_FRAME_LR]);
     msg_hex(&msg, " xpsr=", frame[MTVG_FRAME_XPSR]);
