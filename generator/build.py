@@ -133,8 +133,9 @@ def _run(cmd: list[str], cwd: Path, what: str, log: Path) -> None:
     with open(log, "ab") as out:
         out.write(("$ " + " ".join(cmd) + "\n").encode())
         out.flush()
+        # LC_ALL=C: plain ASCII quotes and English diagnostics for the one-line error.
         proc = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                              env={**os.environ, "CLICOLOR": "0"})
+                              env={**os.environ, "CLICOLOR": "0", "LC_ALL": "C"})
     if proc.returncode != 0:
         lines = log.read_text(errors="replace").splitlines()
         raise ToolchainError(f"{what} failed (exit {proc.returncode}): "

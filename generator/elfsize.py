@@ -105,3 +105,30 @@ def symbol_sizes(path: Path, names: set[str]) -> dict[str, int]:
             if name in names:
                 found[name] = size
     return found
+
+
+SHT_DYNAMIC = 6
+DT_NULL = 0
+DT_NEEDED = 1
+
+
+def needed_libraries(path: Path) -> list[str]:
+    """Shared libraries a dynamically linked ELF names (DT_NEEDED), in order."""
+    blob, is64, endian = _read_elf(path)
+    sections = _sections(blob, is64, endian)
+    fmt = endian + ("qQ" if is64 else "iI")
+    step = struct.calcsize(fmt)
+    needed: list[str] = []
+    for sec in sections:
+        if sec.sh_type != SHT_DYNAMIC or sec.link >= len(sections):
+            continue
+        strtab = sections[sec.link]
+        for off in range(sec.offset, sec.offset + sec.size - step + 1, step):
+            tag, value = struct.unpack_from(fmt, blob, off)
+            if tag == DT_NULL:
+                break
+            if tag == DT_NEEDED:
+                start = strtab.offset + value
+                end = blob.find(b"\0", start, strtab.offset + strtab.size)
+                needed.append(blob[start:end].decode(errors="replace") if end >= 0 else "")
+    return needed

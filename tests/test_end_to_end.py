@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -39,6 +40,19 @@ def test_sine_published_value(tmp_path, board, capsys):
     y = np.load(out_dir / "output.npy")
     assert abs(float(y.reshape(-1)[0]) - 0.807911) < 1e-4
     assert "run time" in text and "flash" in text
+    if board == "qemu-mps2-an385":  # -icount: the virtual clock counts instructions
+        assert re.search(r"run time [\d,]+ instructions \([\d,]+ ticks of the 25,000,000 Hz "
+                         r"timer under QEMU -icount\)", text), text
+    else:
+        assert re.search(r"run time \d+\.\d{3} ms \([\d,]+ ns at 1,000,000,000 Hz\)", text), text
+    assert main(["run", str(project), "--input", f"dense_4_input={x}", "--json"]) == 0
+    sample = json.loads(capsys.readouterr().out)["samples"][0]
+    if board == "qemu-mps2-an385":
+        assert sample["unit"] == "instructions" and sample["seconds"] is None
+        assert sample["instructions"] == sample["count"] == sample["ticks"] * 40
+    else:
+        assert sample["unit"] == "ns" and sample["instructions"] is None
+        assert sample["count"] == sample["ticks"] and sample["seconds"] > 0
 
 
 def test_yes_no_published_scores(tmp_path, board):
@@ -49,6 +63,11 @@ def test_yes_no_published_scores(tmp_path, board):
     scores = [o["output"].reshape(-1).tolist() for o in report.outputs]
     assert scores == [[-128, -127, 126, -127], [-128, -128, -128, 127]]
     assert all(r.ticks > 0 for r in report.results)
+    for r, time in zip(report.results, report.timings, strict=True):
+        if board == "qemu-mps2-an385":  # 25 MHz timer, one instruction per ns
+            assert (time.unit, time.count, time.seconds) == ("instructions", r.ticks * 40, None)
+        else:
+            assert (time.unit, time.count, time.seconds) == ("ns", r.ticks, r.ticks / 1e9)
     assert report.flash_bytes > 30000  # the weights are in the firmware
 
 
