@@ -21,7 +21,7 @@ from generator.errors import ToolchainError
 from generator.mlf import read_mlf
 from generator.project.fit import estimate
 from generator.project.generate import generate
-from tests.conftest import YES_NO, archive, require_board_tools
+from tests.conftest import REPO, YES_NO, archive, require_board_tools
 
 QEMU = "qemu-mps2-an385"
 YES_NO_TAR = YES_NO / "model.tar"
@@ -184,6 +184,31 @@ def test_link_overflow_reaches_the_user(tmp_path, capsys):
     assert found, err
     # What .data + .bss exceed the region by, plus the sections' alignment padding.
     assert 0 <= int(found.group(1)) - (static_ram - SMALL_RAM) < 64
+
+
+@pytest.mark.slow
+def test_board_just_too_small_passes_the_check_and_the_linker_says_so(tmp_path, monkeypatch,
+                                                                       capsys):
+    """A board file (in a relocated data folder) with 1 KiB more RAM than the estimate: the
+    fit check lets it through, the link refuses it in one line."""
+    require_board_tools(QEMU)
+    root = tmp_path / "root"
+    (root / "boards").mkdir(parents=True)
+    (root / "templates").symlink_to(REPO / "templates")
+    module = read_mlf(YES_NO_TAR).module()
+    need = estimate(module, load_board(QEMU))
+    ram = need.ram_bytes + need.stack + 1024
+    text = (REPO / "boards" / f"{QEMU}.toml").read_text().replace(f'"{QEMU}"', '"tiny"')
+    text, count = re.subn(r"(?m)^ram_bytes = \d+$", f"ram_bytes = {ram}", text)
+    assert count == 1
+    (root / "boards" / "tiny.toml").write_text(text)
+    monkeypatch.setenv("MICROTVM_GEN_ROOT", str(root))
+    project = tmp_path / "p"
+    assert main(["generate", str(YES_NO_TAR), "--board", "tiny", "-o", str(project)]) == 0
+    capsys.readouterr()
+    err = _build_error(project, capsys)
+    assert re.search(r"ld: (region `RAM' overflowed by \d+ bytes|linker\.ld: RAM overflow)",
+                     err), err
 
 
 # ---- sanitizers -----------------------------------------------------------------------------
