@@ -168,8 +168,10 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
     mains = functions.get("main") or []
     main = next((m for m in mains if isinstance(m, dict) and m.get("device", 1) == 1), {})
 
-    src_names = [n for n in files.under("codegen/host/src/") if _module_file(n, name, version)]
-    obj_names = [n for n in files.under("codegen/host/lib/") if _module_file(n, name, version)]
+    src_names = [n for n in files.under("codegen/host/src/")
+                 if _module_file(_safe_member(where, n), name, version)]
+    obj_names = [n for n in files.under("codegen/host/lib/")
+                 if _module_file(_safe_member(where, n), name, version)]
     srcs = []
     for n in src_names:
         ext = n.rsplit(".", 1)[-1]
