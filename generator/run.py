@@ -43,8 +43,8 @@ class Timing:
     Under QEMU's -icount the guest clock is virtual: QEMU runs one instruction every
     2**shift ns, so the board timer counts instructions (ticks * 1e9 / hz / 2**shift;
     x40 for a 25 MHz timer at shift 0), not time on a real chip. Elsewhere the timer
-    counts CPU cycles (a real board), nanoseconds (the host) or wall-clock ticks (QEMU
-    without -icount).
+    counts nanoseconds (the host), CPU cycles (a real board's timer on its CPU clock) or
+    plain ticks (any other timer; QEMU without -icount follows the host's wall clock).
     """
 
     unit: str  # "instructions" | "cycles" | "ns" | "ticks"
@@ -70,7 +70,8 @@ def timing(board: Board, ticks: int, hz: int) -> Timing:
     seconds = ticks / hz if hz else 0.0
     if hz == NS_PER_SECOND:
         return Timing("ns", ticks, ticks, hz, seconds)
-    return Timing("ticks" if board.runner == "qemu" else "cycles", ticks, ticks, hz, seconds)
+    cycles = board.runner != "qemu" and hz == board.clock_hz  # a timer on the CPU clock
+    return Timing("cycles" if cycles else "ticks", ticks, ticks, hz, seconds)
 
 
 @dataclass

@@ -71,3 +71,28 @@ def test_bad_input_file_is_one_line(tmp_path, capsys):
     assert "no input 'nope'" in capsys.readouterr().err
     assert main(["run", str(tmp_path), "--input", f"x={bad}"]) == 2
     assert "not a microtvm-gen project" in capsys.readouterr().err
+
+
+def test_run_time_units_follow_the_board():
+    """-icount boards count instructions (1 per 2**shift virtual ns), the host ns, a real
+    board's CPU-clock timer cycles."""
+    from dataclasses import replace
+
+    from generator.boards import load_board
+    from generator.run import timing
+
+    qemu = load_board("qemu-mps2-an385")
+    assert qemu.qemu.icount_shift == 0 and qemu.clock_hz == 25_000_000
+    t = timing(qemu, 638_617, 25_000_000)
+    assert (t.unit, t.count, t.seconds) == ("instructions", 25_544_680, None)
+    assert t.to_json()["instructions"] == 25_544_680 and t.to_json()["ticks"] == 638_617
+    shifted = replace(qemu, qemu=replace(qemu.qemu, icount_shift=2))
+    assert timing(shifted, 1000, 25_000_000).count == 10_000  # 1 instruction per 4 ns
+    assert timing(qemu, 1000, 32_000_000).count == 31_250  # a 32 MHz timer
+    host = timing(load_board("host"), 1500, 10**9)
+    assert (host.unit, host.count, host.seconds) == ("ns", 1500, 1.5e-6)
+    real = replace(qemu, runner="serial", qemu=None)
+    assert timing(real, 1000, 25_000_000).unit == "cycles"
+    assert timing(real, 1000, 1_000_000).unit == "ticks"  # a timer off the CPU clock
+    no_icount = replace(qemu, qemu=replace(qemu.qemu, icount_shift=None))
+    assert timing(no_icount, 1000, 25_000_000).unit == "ticks"
