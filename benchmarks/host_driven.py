@@ -5,7 +5,9 @@ For each board (the host process's pipes, QEMU's emulated UART), prints:
   `serve`, the bridge, the link, the device and back), and the same call at the packet level
   straight over the link session (no TCP, no stock client);
 - tensor upload (`tvm.runtime.tensor`) and download (`.numpy()`) throughput with the stock
-  client, 64 KiB tensors, split into copies that fit the link's frames;
+  client, 64 KiB tensors, split into copies that fit the link's frames; the upload is
+  timed twice, before and after the download (the link learns each direction's speed on
+  its own, so a fast download must not make the next upload retransmit);
 - the link's raw capacity: bytes per second the device swallows when the host sends plain
   junk (no framing to parse, no reply), and the packet-level download rate of 4 KiB pieces.
 
@@ -60,7 +62,13 @@ def stock_client(project: Path, calls: int) -> dict[str, float]:
     back = big.numpy()
     download = TENSOR_BYTES / (time.perf_counter() - start)
     assert np.array_equal(back, data)
-    return {"call": call, "upload": upload, "download": download}
+    del big
+    start = time.perf_counter()
+    again = tvm.runtime.tensor(data[::-1].copy(), dev)
+    upload_after = TENSOR_BYTES / (time.perf_counter() - start)
+    assert np.array_equal(again.numpy(), data[::-1])
+    return {"call": call, "upload": upload, "download": download,
+            "upload_after": upload_after}
 
 
 def packet_level(board_name: str, elf: Path, calls: int) -> dict[str, float]:
@@ -110,16 +118,18 @@ def main() -> int:
             raw = packet_level(board, elf, args.calls)
             rows.append((board, stock, raw))
     header = (f"{'board':18} {'call (stock) ms':>15} {'call (packet) ms':>16} "
-              f"{'upload KB/s':>11} {'download KB/s':>13} {'raw up KB/s':>11} "
-              f"{'raw down KB/s':>13}")
+              f"{'upload KB/s':>11} {'download KB/s':>13} {'upload after KB/s':>17} "
+              f"{'raw up KB/s':>11} {'raw down KB/s':>13}")
     print(header)
     print("-" * len(header))
     for board, stock, raw in rows:
         print(f"{board:18} {stock['call'] * 1e3:15.3f} {raw['packet_call'] * 1e3:16.3f} "
               f"{stock['upload'] / 1e3:11.1f} {stock['download'] / 1e3:13.1f} "
+              f"{stock['upload_after'] / 1e3:17.1f} "
               f"{raw['raw_upload'] / 1e3:11.1f} {raw['raw_download'] / 1e3:13.1f}")
     print("\nKB = 1000 bytes. upload/download: the stock client's 64 KiB tensor, copies split "
-          "by GetCRTMaxPacketSize; raw up: junk bytes the device drains; raw down: 4000-byte "
+          "by GetCRTMaxPacketSize; upload after: the same upload right after the download; "
+          "raw up: junk bytes the device drains; raw down: 4000-byte "
           "CopyAck replies at the packet level (framing overhead < 1%).")
     return 0
 

@@ -3,14 +3,21 @@
 A runner declares what it needs from the board (the board file names it in `runner`).
 The host runner starts the ELF as a process and talks over its stdin/stdout; the QEMU
 runner starts qemu-system-* with UART0 on QEMU's stdin/stdout and semihosting for exit.
+
+A device process never outlives the process that started it: on Linux it gets SIGKILL
+when its parent dies (PR_SET_PDEATHSIG), even when the parent itself was killed; `close`
+stops it (end of input for a firmware process, SIGTERM for QEMU, SIGKILL as a last resort).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import select
 import shutil
+import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -19,18 +26,38 @@ from generator.boards import Board
 from generator.errors import DeviceError, ToolchainError
 
 READ_CHUNK = 65536
+# Debian packages of the QEMU system emulators the boards use.
+QEMU_PACKAGES = {"qemu-system-arm": "qemu-system-arm", "qemu-system-riscv32": "qemu-system-misc"}
 STOP_GRACE_SECONDS = 5.0
+TERMINATE_GRACE_SECONDS = 2.0
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the parent goes away (Linux)."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def child_dies_with_parent() -> dict:
+    """Popen arguments that make a child process end with its parent (where supported)."""
+    return {"preexec_fn": _die_with_parent} if _LIBC is not None else {}
 
 
 class Device:
     """A running firmware with a byte-stream link. Use as a context manager."""
 
-    def __init__(self, argv: list[str], description: str, env: dict | None = None) -> None:
+    def __init__(self, argv: list[str], description: str, env: dict | None = None,
+                 stops_at_end_of_input: bool = True) -> None:
         self.argv = argv
         self.description = description
+        # A firmware process exits when its stdin ends; QEMU does not (the UART cannot tell).
+        self.stops_at_end_of_input = stops_at_end_of_input
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, env=env)
+                                         stderr=subprocess.PIPE, env=env,
+                                         **child_dies_with_parent())
         except OSError as exc:
             raise ToolchainError(f"cannot start {argv[0]}: {exc.strerror}") from exc
         # Drain stderr while the device runs: a chatty device (sanitizer reports,
@@ -72,6 +99,11 @@ class Device:
             raise DeviceError(f"{self.description} closed its link{self._exit_text()}")
         return data
 
+    def _wait_exit(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+
     def _exit_text(self) -> str:
         code = self.proc.poll()
         if code is None:
@@ -101,9 +133,11 @@ class Device:
                     self.proc.stdin.close()
             except OSError:
                 pass
-            deadline = time.monotonic() + STOP_GRACE_SECONDS
-            while self.proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.02)
+            if self.stops_at_end_of_input:
+                self._wait_exit(STOP_GRACE_SECONDS)
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                self._wait_exit(TERMINATE_GRACE_SECONDS)
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
@@ -117,13 +151,14 @@ def qemu_argv(board: Board, elf: Path) -> list[str]:
     assert board.qemu is not None
     binary = shutil.which(board.qemu.binary)
     if binary is None:
+        package = QEMU_PACKAGES.get(board.qemu.binary, "qemu-system-misc")
         raise ToolchainError(f"board '{board.name}' needs {board.qemu.binary}, which is not on "
-                             "PATH", hint="apt-get install qemu-system-arm")
+                             "PATH", hint=f"apt-get install {package}")
     argv = [binary, "-M", board.qemu.machine, "-cpu", board.qemu.cpu,
             "-display", "none", "-monitor", "none", "-nodefaults", "-nic", "user,restrict=on",
             "-chardev", "stdio,id=link,mux=off,signal=off", "-serial", "chardev:link",
             "-semihosting-config", "enable=on,target=native",
-            "-kernel", str(elf)]
+            "-kernel", str(elf), *board.qemu.args]
     if board.qemu.icount_shift is not None:
         argv += ["-icount", f"shift={board.qemu.icount_shift}"]
     return argv
@@ -135,5 +170,6 @@ def open_device(board: Board, elf: Path) -> Device:
     if board.runner == "process":
         return Device([str(elf)], f"firmware process {elf.name}")
     if board.runner == "qemu":
-        return Device(qemu_argv(board, elf), f"QEMU ({board.name})")
+        return Device(qemu_argv(board, elf), f"QEMU ({board.name})",
+                      stops_at_end_of_input=False)
     raise DeviceError(f"board '{board.name}' has no runner this tool can start")

@@ -93,6 +93,11 @@ class Unframer:
             i = end
             yield from self._take(run, run)
 
+    def frame_bytes_left(self) -> int:
+        """Bytes (unescaped) still to come of the frame being received; 0 if none or unknown."""
+        need = self._need() if self._in_frame else None
+        return 0 if need is None else need - len(self._logical)
+
     def _room(self) -> int:
         """Bytes the frame takes before its next boundary (length, CRC start, end)."""
         need = self._need()

@@ -7,6 +7,10 @@ survive lost and damaged bytes:
 - every request goes out as Sequenced: u8 seq, the RPC packet, u32 LE CRC-32 of both;
 - it is sent again after a retransmission timeout (doubling up to a cap), at once when
   the device reports a damaged frame (Nak), and at once when a damaged frame arrives here;
+- the timeout grows with the request's transfer time at the host-to-device speed, which is
+  learnt apart from the device-to-host speed (a UART can be much faster one way than the
+  other: QEMU's moves replies 25x faster than requests, and one rate for both made every
+  upload after a download retransmit);
 - the device answers a repeated seq from its reply cache without running the request
   again, and replies whose seq or CRC-32 is wrong are dropped here.
 
@@ -43,7 +47,8 @@ PUMP_SLICE = 0.05  # longest single wait for device bytes, seconds
 # A request waits this many times its bytes' expected transfer time before a retransmission
 # (on top of SessionTimeouts.retransmit); bytes arriving from the device push it back.
 TRANSFER_SAFETY = 3.0
-RATE_SAMPLE_BYTES = 512  # exchanges at least this large measure the link's speed
+RATE_SAMPLE_BYTES = 512  # a direction's speed is measured by exchanges this large in it
+RATE_DOMINANCE = 4  # ... that carry this many times more bytes that way than the other
 
 
 class Link(Protocol):
@@ -97,6 +102,31 @@ def sequenced_body(seq: int, packet: bytes) -> bytes:
 
 
 @dataclass
+class LinkRate:
+    """The speed of one direction of the link, in seconds per byte, learnt from exchanges
+    that carry far more bytes that way than back (quick to speed up, slow to slow down).
+
+    A sample is an exchange's whole time over its bytes in this direction, so it includes
+    the device's work and the small message the other way: it errs on the slow side, and
+    a retransmission timeout computed from it on the long side."""
+
+    seconds_per_byte: float
+    samples: int = 0
+
+    def learn(self, seconds: float, nbytes: int, other_bytes: int) -> None:
+        if nbytes < RATE_SAMPLE_BYTES or nbytes < RATE_DOMINANCE * other_bytes or seconds <= 0:
+            return
+        sample = seconds / nbytes
+        weight = 0.5 if sample < self.seconds_per_byte else 0.1
+        self.seconds_per_byte += weight * (sample - self.seconds_per_byte)
+        self.samples += 1
+
+    @property
+    def bytes_per_second(self) -> float:
+        return 1.0 / self.seconds_per_byte
+
+
+@dataclass
 class LinkStats:
     """What the link went through (for benchmarks and the fault-injection test)."""
 
@@ -124,7 +154,9 @@ class Session:
         self._seq = 0
         self._unframer = Unframer(max_payload=max_payload)
         self._errors_seen = 0
-        self._seconds_per_byte = 1.0 / self.timeouts.initial_bytes_per_second
+        # Host to device (requests) and device to host (replies), learnt apart.
+        self.rate_out = LinkRate(1.0 / self.timeouts.initial_bytes_per_second)
+        self.rate_in = LinkRate(1.0 / self.timeouts.initial_bytes_per_second)
         self._last_rx = 0.0
 
     # ---- start and end --------------------------------------------------------------------
@@ -176,7 +208,7 @@ class Session:
         sent_at = time.monotonic()
         deadline = sent_at + limit
         wait = self.timeouts.retransmit
-        transfer = TRANSFER_SAFETY * self._seconds_per_byte * len(frame)
+        transfer = TRANSFER_SAFETY * self.rate_out.seconds_per_byte * len(frame)
         resend_at = sent_at + wait + transfer
         retransmitted = False
         while True:
@@ -195,14 +227,16 @@ class Session:
                     reply = self._sequenced_reply(body, seq)
                     if reply is not None:
                         if not retransmitted:
-                            self._measure(time.monotonic() - sent_at, len(frame) + len(body))
+                            self._measure(time.monotonic() - sent_at, len(frame), len(body))
                         return reply
             if self._unframer.errors != self._errors_seen:
                 self.stats.damaged_frames += self._unframer.errors - self._errors_seen
                 self._errors_seen = self._unframer.errors
                 resend_now = True
             if not resend_now and self._last_rx > resend_at - wait:
-                resend_at = self._last_rx + wait  # the device is talking: a reply is coming
+                # The device is talking: a reply is coming, at the device-to-host speed.
+                resend_at = self._last_rx + wait + (TRANSFER_SAFETY * self.rate_in.seconds_per_byte
+                                                    * self._unframer.frame_bytes_left())
             if resend_now or time.monotonic() >= resend_at:
                 if not resend_now:
                     wait = min(wait * 2, self.timeouts.retransmit_max)
@@ -211,13 +245,10 @@ class Session:
                 self.link.write(frame)
                 resend_at = time.monotonic() + wait + transfer
 
-    def _measure(self, seconds: float, nbytes: int) -> None:
-        """Learn the link's speed from a clean exchange (quick to speed up, slow to slow)."""
-        if nbytes < RATE_SAMPLE_BYTES:
-            return
-        sample = seconds / nbytes
-        weight = 0.5 if sample < self._seconds_per_byte else 0.1
-        self._seconds_per_byte += weight * (sample - self._seconds_per_byte)
+    def _measure(self, seconds: float, sent: int, received: int) -> None:
+        """Learn each direction's speed from a clean exchange that was mostly that way."""
+        self.rate_out.learn(seconds, sent, received)
+        self.rate_in.learn(seconds, received, sent)
 
     def _sequenced_reply(self, body: bytes, seq: int) -> bytes | None:
         if len(body) < SEQUENCED_EXTRA:

@@ -2,29 +2,46 @@
 
 A client connects (`tvm.rpc.connect`, or through a tracker), the bridge does the socket
 handshake itself, then forwards each packet to the device inside the link's session and
-writes the device's reply back. Packets are forwarded unchanged; the bridge answers only
-what the device cannot: a packet too large for the link (an exception reply, the stream
-stays in sync) and a device that stopped answering or restarted (an exception reply; the
-device session is started again, so the next client finds a working device).
+writes the device's reply back. Packets are forwarded unchanged except for their handles,
+which carry the bridge's epoch (generator/rpc/handles.py). The bridge answers what the
+device cannot: a packet too large for the link, a stale handle, a device that stopped
+answering or restarted (an exception reply; the device session is started again, so the
+next client finds a working device), and a second client while one is served (busy).
+
+Connections are admitted by a thread of their own each: only a connection that completes
+the TVM RPC handshake becomes a session, and a client silent for `idle_timeout` seconds
+loses its session. The device is only ever driven from the thread that calls `serve`.
 """
 
 from __future__ import annotations
 
+import queue
+import select
 import socket
 import struct
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from generator.errors import DeviceError
 from generator.link.session import DeviceReset, Link, LinkTimeout, Session, SessionTimeouts
 from generator.rpc import packets
+from generator.rpc.handles import HandleEpochs, Stale
 
 RPC_MAGIC = 0x000FF271
 RPC_KEY_MISMATCH = 0x000FF273
 CLIENT_PREFIX = "client:"
 MAX_KEY_BYTES = 4096
 MAX_CLIENT_PACKET = 1 << 28  # a larger length field means the stream is not TVM RPC
-HANDSHAKE_TIMEOUT = 10.0
+HANDSHAKE_TIMEOUT = 10.0  # seconds a new connection has to complete the handshake
+IDLE_TIMEOUT = 60.0  # default: seconds a served client may stay silent
+MAX_PENDING = 16  # connections in their handshake at the same time; more are closed
+POLL = 0.25  # seconds between checks for a stop request while waiting
+LINGER = 2.0  # seconds a refused client gets to read its answer and close
+# A client that arrives while the previous one is leaving (its kShutdown on the way) waits
+# this long for the device before it is told that the device is busy.
+BUSY_GRACE = 2.0
 
 
 class ClientGone(Exception):
@@ -44,6 +61,8 @@ class DeviceLink:
     def __post_init__(self) -> None:
         self.link: Link | None = None
         self.session: Session | None = None
+        self.generation = 0  # device sessions started so far
+
 
     def ensure(self) -> Session:
         if self.link is None:
@@ -54,6 +73,7 @@ class DeviceLink:
                               max_payload=self.max_payload)
             session.start()
             self.session = session
+            self.generation += 1
         return self.session
 
     def request(self, packet: bytes, reply_expected: bool = True) -> bytes:
@@ -90,49 +110,167 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return bytes(data)
 
 
+def _recv_packet(conn: socket.socket) -> bytes | None:
+    """One client packet with its length prefix; None for a length that is not TVM RPC."""
+    (nbytes,) = struct.unpack("<Q", _recv_exact(conn, 8))
+    if nbytes > MAX_CLIENT_PACKET:
+        return None
+    return struct.pack("<Q", nbytes) + _recv_exact(conn, nbytes)
+
+
+def _close_gently(conn: socket.socket) -> None:
+    """Close after the peer has read what was sent (no reset that would discard it)."""
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(LINGER)
+        while conn.recv(4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
 class Bridge:
     """Listens on host:port and serves one client session at a time."""
 
     def __init__(self, device: DeviceLink, host: str = "127.0.0.1", port: int = 9090,
-                 key: str = "", on_event: Callable[[str], None] | None = None) -> None:
+                 key: str = "", on_event: Callable[[str], None] | None = None,
+                 idle_timeout: float = IDLE_TIMEOUT,
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
         self.device = device
         self.key = key
         self.on_event = on_event
+        self.idle_timeout = idle_timeout
+        self.handshake_timeout = handshake_timeout
         self.sessions_served = 0
+        self.epochs = HandleEpochs()
         self.listener = socket.create_server((host, port), reuse_port=False)
         self.host, self.port = self.listener.getsockname()[:2]
+        self._admitted: queue.Queue[tuple[socket.socket, str]] = queue.Queue()
+        self._lock = threading.Condition()
+        self._busy_with: str | None = None  # the peer holding the device
+        self._closing = threading.Event()
+        self._pending = threading.BoundedSemaphore(MAX_PENDING)
+        self._acceptor: threading.Thread | None = None
+        self._generation = 0
 
     def close(self) -> None:
+        self._closing.set()
+        if self._acceptor is not None:
+            self._acceptor.join(timeout=2 * POLL)
         self.listener.close()
+        while True:
+            try:
+                conn, _ = self._admitted.get_nowait()
+            except queue.Empty:
+                break
+            conn.close()
         self.device.close()
 
     def serve(self, sessions: int = 0, on_session_start: Callable[[], None] | None = None,
               on_session_end: Callable[[], None] | None = None) -> None:
         """Serve clients one after another; stop after `sessions` of them (0: never)."""
+        if self._acceptor is None:
+            self._acceptor = threading.Thread(target=self._accept_loop, name="bridge-accept",
+                                              daemon=True)
+            self._acceptor.start()
         while sessions == 0 or self.sessions_served < sessions:
-            conn, peer = self.listener.accept()
-            with conn:
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                try:
-                    if self._handshake(conn):
-                        self._event(f"client {peer[0]}:{peer[1]} connected")
-                        if on_session_start is not None:
-                            on_session_start()
-                        self._serve_client(conn)
-                except (ClientGone, ConnectionError, TimeoutError):
-                    pass
-                finally:
-                    self.sessions_served += 1
-                    self._event(f"client {peer[0]}:{peer[1]} left")
+            conn, peer = self._next_client()
+            try:
+                self._event(f"client {peer} connected")
+                if on_session_start is not None:
+                    on_session_start()
+                self._serve_client(conn, peer)
+            except OSError as exc:  # reset, or a client that stopped reading its replies
+                self._event(f"client {peer}: {exc.strerror or type(exc).__name__}")
+                self._reset_device_state()
+            finally:
+                conn.close()
+                self.sessions_served += 1
+                self._event(f"client {peer} left")
+                last = sessions != 0 and self.sessions_served >= sessions
+                with self._lock:
+                    if last:
+                        self._closing.set()  # later arrivals are not served; refuse them
+                    self._busy_with = None
+                    self._lock.notify_all()
             if on_session_end is not None:
                 on_session_end()
+
+    def _next_client(self) -> tuple[socket.socket, str]:
+        while True:  # short waits: a signal handler in this thread can stop the bridge
+            try:
+                return self._admitted.get(timeout=POLL)
+            except queue.Empty:
+                continue
 
     def _event(self, text: str) -> None:
         if self.on_event is not None:
             self.on_event(text)
 
+    # ---- admission (acceptor thread, one thread per connection in its handshake) ----------
+
+    def _accept_loop(self) -> None:
+        while not self._closing.is_set():
+            try:
+                ready, _, _ = select.select([self.listener], [], [], POLL)
+                if not ready:
+                    continue
+                conn, addr = self.listener.accept()
+            except (OSError, ValueError):  # the listener was closed
+                return
+            peer = f"{addr[0]}:{addr[1]}"
+            if not self._pending.acquire(blocking=False):
+                self._event(f"connection from {peer} closed: {MAX_PENDING} connections are "
+                            "already in their handshake")
+                conn.close()
+                continue
+            threading.Thread(target=self._admit, args=(conn, peer), name=f"bridge-{peer}",
+                             daemon=True).start()
+
+    def _admit(self, conn: socket.socket, peer: str) -> None:
+        """Handshake; then hand the connection to `serve`, or tell it the device is busy."""
+        handed_over = False
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.settimeout(self.handshake_timeout)
+            if not self._handshake(conn):
+                self._event(f"connection from {peer} is not a TVM RPC client; closed")
+                return
+            with self._lock:
+                self._lock.wait_for(lambda: self._busy_with is None or self._closing.is_set(),
+                                    timeout=BUSY_GRACE)
+                holder = self._busy_with
+                if holder is None and not self._closing.is_set():
+                    self._busy_with = peer
+                    self._admitted.put((conn, peer))
+                    handed_over = True
+                    return
+            self._refuse_busy(conn, peer, holder)
+        except (ClientGone, OSError):
+            self._event(f"connection from {peer} closed before completing the TVM RPC "
+                        "handshake; not a session")
+        finally:
+            if not handed_over:
+                conn.close()
+            self._pending.release()
+
+    def _refuse_busy(self, conn: socket.socket, peer: str, holder: str | None) -> None:
+        """Answer the client's first packet (InitServer) with a 'busy' exception, then close.
+
+        The handshake's own refusals only offer "key does not match" texts; an exception
+        reply reaches the stock client as the RPCError it raises from rpc.connect."""
+        packet = _recv_packet(conn)
+        if packet is not None and packets.packet_code(packet) != packets.SHUTDOWN:
+            why = (f"serving another client ({holder})" if holder is not None
+                   else "no longer accepting clients")
+            conn.sendall(packets.exception_packet(
+                f"the device is busy: microtvm-gen serve is {why}; try again later"))
+        self._event(f"client {peer} refused: the device is busy")
+        _close_gently(conn)
+
     def _handshake(self, conn: socket.socket) -> bool:
-        conn.settimeout(HANDSHAKE_TIMEOUT)
         magic, keylen = struct.unpack("<ii", _recv_exact(conn, 8))
         if magic != RPC_MAGIC or not 0 <= keylen <= MAX_KEY_BYTES:
             return False
@@ -142,27 +280,36 @@ class Bridge:
             return False
         reply = f"server:{self.key}".encode()
         conn.sendall(struct.pack("<ii", RPC_MAGIC, len(reply)) + reply)
-        conn.settimeout(None)
         return True
 
-    def _serve_client(self, conn: socket.socket) -> None:
+    # ---- one client (the serving thread) ------------------------------------------------
+
+    def _serve_client(self, conn: socket.socket, peer: str) -> None:
+        conn.settimeout(self.idle_timeout if self.idle_timeout > 0 else None)
+        self.epochs.advance()  # nothing an earlier client was given is valid now
         try:
             self.device.ensure()
         except DeviceError as exc:
             self._event(exc.one_line())
         while True:
+            started = time.monotonic()
             try:
-                (nbytes,) = struct.unpack("<Q", _recv_exact(conn, 8))
+                packet = _recv_packet(conn)
             except ClientGone:
                 self._reset_device_state()  # the client vanished without kShutdown
                 return
-            if nbytes == 0:
-                continue
-            if nbytes > MAX_CLIENT_PACKET:
-                self._event(f"client sent a packet length of {nbytes}: not TVM RPC; closing")
+            except TimeoutError:
+                self._event(f"client {peer} sent nothing for {time.monotonic() - started:.0f} s "
+                            f"(--idle-timeout {self.idle_timeout:g}); ending its session")
+                self._reset_device_state()
                 return
-            packet = struct.pack("<Q", nbytes) + _recv_exact(conn, nbytes)
-            code = packets.packet_code(packet) if nbytes >= 4 else -1
+            if packet is None:
+                self._event(f"client {peer} sent a packet length that is not TVM RPC; closing")
+                self._reset_device_state()
+                return
+            if len(packet) == packets.PREFIX.size:
+                continue
+            code = packets.packet_code(packet) if len(packet) >= packets.PREFIX.size + 4 else -1
             if code == packets.SHUTDOWN:
                 self._reset_device_state(packet)
                 return
@@ -173,16 +320,26 @@ class Bridge:
             max_packet = self.device.ensure().max_packet
         except DeviceError as exc:
             return packets.exception_packet(exc.one_line())
+        if self.device.generation != self._generation:  # a new device session: new epoch
+            self._generation = self.device.generation
+            self.epochs.advance()
         if len(packet) > max_packet:
             return packets.exception_packet(
                 f"packet of {len(packet)} bytes does not fit the device link ({max_packet} "
                 "bytes at most); tensor copies are split to fit, calls must be smaller")
+        if len(packet) >= packets.PREFIX.size + 4 and \
+                packets.packet_code(packet) == packets.INIT_SERVER:
+            self.epochs.advance()  # the device drops every object
+        request = self.epochs.to_device(packet)
+        if isinstance(request, Stale):
+            return request.reply
         try:
-            return self.device.request(packet)
+            return self.epochs.to_client(self.device.request(request))
         except DeviceError as exc:
             return packets.exception_packet(exc.one_line())
 
     def _reset_device_state(self, shutdown: bytes | None = None) -> None:
+        self.epochs.advance()
         try:
             self.device.request(shutdown or packets.Requests.shutdown(), reply_expected=False)
         except DeviceError:

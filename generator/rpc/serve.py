@@ -1,9 +1,17 @@
-"""`microtvm-gen serve`: start (or attach to) a host-driven device and bridge it to TCP."""
+"""`microtvm-gen serve`: start (or attach to) a host-driven device and bridge it to TCP.
+
+SIGTERM, SIGINT and SIGHUP stop `serve` cleanly: the signal raises `Stopped` in the main
+thread, and the device (QEMU or the firmware process) is stopped before `serve` returns.
+"""
 
 from __future__ import annotations
 
+import ipaddress
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +20,46 @@ from generator.device.runner import open_device
 from generator.errors import ProjectError
 from generator.link.session import Link, SessionTimeouts
 from generator.project.generate import HOST_DRIVEN, load_project
-from generator.rpc.bridge import Bridge, DeviceLink
+from generator.rpc.bridge import IDLE_TIMEOUT, Bridge, DeviceLink
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class Stopped(Exception):
+    """A stop signal arrived; the device has been stopped by the time the caller sees it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Turn the first stop signal into `Stopped` (later ones are ignored while cleaning up)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised = False
+
+    def handler(signum, frame) -> None:
+        nonlocal raised
+        if not raised:
+            raised = True
+            raise Stopped(signum)
+
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 @dataclass
@@ -25,6 +72,7 @@ class ServeOptions:
     serial_port: str | None = None
     baud: int = 115200
     reply_timeout: float = 60.0
+    idle_timeout: float = IDLE_TIMEOUT  # seconds a client may stay silent; 0: forever
 
 
 def host_driven_project(project_dir: Path) -> dict:
@@ -63,31 +111,47 @@ def serve(project_dir: Path, options: ServeOptions,
           on_log: Callable[[str], None] | None = None,
           on_event: Callable[[str], None] | None = None,
           progress: Callable[[str], None] | None = None) -> int:
-    """Run the bridge until `options.sessions` clients were served; returns how many were."""
+    """Run the bridge until `options.sessions` clients were served; returns how many were.
+
+    Raises Stopped after a stop signal, once the device is stopped."""
     def log(text: str) -> None:
         print(f"device: {text}", file=sys.stderr, flush=True)
 
     def event(text: str) -> None:
         print(f"serve: {text}", file=sys.stderr, flush=True)
 
-    link = device_link(project_dir, options, on_log or log, on_event or event, progress)
-    bridge = Bridge(link, options.host, options.port, key=options.key,
-                    on_event=on_event or event)
-    registrar = None
-    try:
-        link.ensure()  # start the device now: the first client should not wait for it
-        if options.tracker is not None:
-            from generator.rpc.tracker import TrackerRegistrar
+    on_event = on_event or event
+    with stop_on_signals():
+        link = device_link(project_dir, options, on_log or log, on_event, progress)
+        registrar = None
+        bridge = None
+        try:
+            bridge = Bridge(link, options.host, options.port, key=options.key,
+                            on_event=on_event, idle_timeout=options.idle_timeout)
+            if not is_loopback(bridge.host):
+                on_event(f"warning: listening on {bridge.host}:{bridge.port}, beyond this "
+                         "machine; the RPC endpoint has no authentication: anyone who can "
+                         "reach it can run the device's functions and read and write its "
+                         "tensor memory")
+            link.ensure()  # start the device now: the first client should not wait for it
+            if options.tracker is not None:
+                from generator.rpc.tracker import TrackerRegistrar
 
-            registrar = TrackerRegistrar(options.tracker[0], options.tracker[1], options.key,
-                                         bridge.port, on_event=on_event or event)
-            registrar.start()
-        announce(bridge)
-        bridge.serve(options.sessions,
-                     on_session_start=registrar.session_started if registrar else None,
-                     on_session_end=registrar.session_ended if registrar else None)
-        return bridge.sessions_served
-    finally:
-        if registrar is not None:
-            registrar.stop()
-        bridge.close()
+                registrar = TrackerRegistrar(options.tracker[0], options.tracker[1],
+                                             options.key, bridge.port, on_event=on_event)
+                registrar.start()
+            announce(bridge)
+            bridge.serve(options.sessions,
+                         on_session_start=registrar.session_started if registrar else None,
+                         on_session_end=registrar.session_ended if registrar else None)
+            return bridge.sessions_served
+        except Stopped as exc:
+            on_event(f"{exc}: stopping the device")
+            raise
+        finally:
+            if registrar is not None:
+                registrar.stop()
+            if bridge is not None:
+                bridge.close()
+            else:
+                link.close()
