@@ -268,7 +268,8 @@ class Build(Command):
     def do_add_parser(self, parser):
         parser.add_argument("project", type=Path, help="project directory")
         parser.add_argument("--sanitize", action="store_true",
-                            help="host board: build with AddressSanitizer and UBSan")
+                            help="host board: build with AddressSanitizer and UBSan "
+                                 "('run' keeps the setting of the last build)")
 
     def do_run(self, args):
         from generator.build import build
@@ -278,7 +279,7 @@ class Build(Command):
             self.emit_json(result.to_json())
         else:
             s = result.size
-            print(f"built {result.elf}")
+            print(f"built {result.elf}" + (" (ASan + UBSan)" if result.sanitize else ""))
             print(f"flash {_fmt_bytes(s.flash)} (code+rodata {_fmt_bytes(s.text)}, "
                   f"data {_fmt_bytes(s.data)}); RAM {_fmt_bytes(s.ram)} static "
                   f"(data {_fmt_bytes(s.data)}, bss {_fmt_bytes(s.bss)})")

@@ -224,6 +224,7 @@ def test_run_keeps_the_sanitizer_of_the_last_build(tmp_path, capsys):
     project = _host_project(tmp_path)
     run = ["run", str(project), "--input", f"Reshape_1={YES_INPUT}"]
     assert main(["build", str(project), "--sanitize"]) == 0
+    assert "(ASan + UBSan)" in capsys.readouterr().out
     assert _asan_linked(project)
     assert main(run) == 0
     assert "[-128,-127, 126,-127]" in capsys.readouterr().out
