@@ -11,7 +11,7 @@ from generator.errors import BoardError
 from generator.resources import boards_dir
 
 BOARD_SCHEMA = 1
-RUNNERS = ("process", "qemu")
+RUNNERS = ("process", "qemu", "serial")
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,26 @@ class QemuSpec:
     cpu: str
     icount_shift: int | None = None
     args: tuple[str, ...] = ()  # further machine options, e.g. ("-bios", "none")
+
+
+@dataclass(frozen=True)
+class UsbSpec:
+    """USB ids of the board's debug probe, whose serial port carries the link ([usb])."""
+
+    vid: int
+    pids: tuple[int, ...]
+
+    def matches(self, vid: int | None, pid: int | None) -> bool:
+        return vid == self.vid and pid in self.pids
+
+
+@dataclass(frozen=True)
+class FlashSpec:
+    """How firmware gets onto a physical board ([flash]): the default runner and its options."""
+
+    runner: str  # the default runner
+    # runner name -> its options, from the [flash.<runner>] tables
+    runners: dict[str, dict] = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass(frozen=True)
@@ -45,6 +65,8 @@ class Board:
     # What the core offers generated code: "dsp" (Arm DSP extension, <arm_acle.h> SIMD
     # intrinsics), "fpu" (hardware floating point, hard-float ABI), "mve" (Helium).
     features: tuple[str, ...] = ()
+    usb: UsbSpec | None = None
+    flash: FlashSpec | None = None
     source: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -114,6 +136,8 @@ def parse_board(path: Path) -> Board:
             qemu=_qemu_spec(qemu) if qemu else None,
             flash_origin=memory.get("flash_origin"),
             features=_strings(data.get("features", ()), "features"),
+            usb=_parse_usb(path, data.get("usb")),
+            flash=_parse_flash(path, data.get("flash")),
             source=data,
         )
     except (KeyError, TypeError) as exc:
@@ -125,3 +149,25 @@ def parse_board(path: Path) -> Board:
     if board.runner == "qemu" and board.qemu is None:
         raise BoardError(f"{path}: runner 'qemu' needs a [qemu] table")
     return board
+
+
+def _parse_usb(path: Path, table: dict | None) -> UsbSpec | None:
+    """[usb] vid = 0x0483, pid = 0x374b or a list of them."""
+    if table is None:
+        return None
+    pids = table["pid"] if isinstance(table["pid"], list) else [table["pid"]]
+    if not isinstance(table["vid"], int) or not all(isinstance(p, int) for p in pids):
+        raise BoardError(f"{path}: [usb] vid and pid must be integers")
+    return UsbSpec(vid=table["vid"], pids=tuple(pids))
+
+
+def _parse_flash(path: Path, table: dict | None) -> FlashSpec | None:
+    """[flash] runner = the default, and one [flash.<runner>] table per runner it can use."""
+    if table is None:
+        return None
+    runners = {k: dict(v) for k, v in table.items() if isinstance(v, dict)}
+    spec = FlashSpec(runner=str(table["runner"]), runners=runners)
+    if spec.runner not in runners:
+        raise BoardError(f"{path}: [flash] runner '{spec.runner}' has no [flash.{spec.runner}] "
+                         "table")
+    return spec

@@ -227,7 +227,7 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         raise ProjectError(f"board '{board.name}' names platform '{board.platform}', which has "
                            f"no folder {platform_dir}")
     for src in sorted(platform_dir.iterdir()):
-        if src.is_file() and src.suffix in (".c", ".h", ".ld", ".S"):
+        if src.is_file() and src.suffix in (".c", ".h", ".ld", ".S", ".cmake"):
             out[f"platform/{src.name}"] = src.read_bytes()
     app_main = "rpc_main.c" if host_driven else "app.c"
     out[f"app/{app_main}"] = (crt / "src" / app_main).read_bytes()
