@@ -20,6 +20,7 @@ BUILD_INFO = "build.json"
 # The configuration a build directory was made with; `run` and `serve` keep it.
 SETTINGS = "settings.json"
 FIRMWARE = "firmware.elf"
+MAP_FILE = "firmware.map"  # -Wl,-Map in templates/crt/CMakeLists.txt.j2
 # Static buffers of the generated glue (templates/crt/*_glue.c.j2), measured in the ELF.
 ARENA_SYMBOL = "workspace_arena"
 STORAGE_SYMBOL = "graph_storage"
@@ -142,6 +143,28 @@ def _run(cmd: list[str], cwd: Path, what: str, log: Path) -> None:
                              f"{first_error(lines, cwd)}; full log in {log}")
 
 
+# Top-level output sections of a GNU ld map file: name, address, size.
+MAP_SECTION_RE = re.compile(r"^(\.[\w.]+)\s+0x([0-9a-fA-F]+)\s+0x([0-9a-fA-F]+)", re.M)
+
+
+def ram_use_from_map(map_path: Path, board: Board) -> str | None:
+    """What a failed link placed in the board's RAM, from its map file (ld writes one even
+    when an ASSERT fails): the sections, the stack the board reserves, and the RAM size."""
+    if board.ram_origin is None or not board.ram_bytes or not map_path.is_file():
+        return None
+    end = board.ram_origin + board.ram_bytes
+    sections = {m[1]: int(m[3], 16) for m in MAP_SECTION_RE.finditer(
+        map_path.read_text(errors="replace"))
+        if int(m[3], 16) and board.ram_origin <= int(m[2], 16) < end}
+    if not sections:
+        return None
+    stack = 0 if any("stack" in name for name in sections) else (board.stack_bytes or 0)
+    parts = ", ".join(f"{name} {size:,} B" for name, size in sections.items())
+    return (f"the firmware needs {sum(sections.values()) + stack:,} B of RAM ({parts}"
+            + (f" + {stack:,} B stack" if stack else "")
+            + f"); {board.name} has {board.ram_bytes:,} B")
+
+
 def recorded_sanitize(project_dir: Path) -> bool | None:
     """The sanitizer setting the build directory was configured with, if it has one."""
     path = project_dir / BUILD_DIR / SETTINGS
@@ -184,8 +207,15 @@ def build(project_dir: Path, sanitize: bool | None = None, progress=None) -> Bui
         _run(configure, project_dir, "CMake configure", log)
     if progress:
         progress("compiling")
-    _run([cmake_program(), "--build", str(build_dir), "--", "-j2"] if ninja is None else
-         [cmake_program(), "--build", str(build_dir)], project_dir, "build", log)
+    try:
+        _run([cmake_program(), "--build", str(build_dir), "--", "-j2"] if ninja is None else
+             [cmake_program(), "--build", str(build_dir)], project_dir, "build", log)
+    except ToolchainError as exc:
+        # A port's linker ASSERT on RAM names no numbers; the map file has them.
+        used = ram_use_from_map(build_dir / MAP_FILE, board) if "RAM" in str(exc) else None
+        if used is None:
+            raise
+        raise ToolchainError(f"{exc}; {used}") from None
     elf = build_dir / FIRMWARE
     size = elf_size(elf, board_ram(board))
     module = project["module"]
