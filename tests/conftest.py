@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,53 @@ def _isolated_environment(monkeypatch):
     """Tests never see a user's Zephyr tree or a relocated data folder."""
     monkeypatch.delenv("ZEPHYR_BASE", raising=False)
     monkeypatch.delenv("MICROTVM_GEN_ROOT", raising=False)
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """Live processes (not zombies): pid -> (parent pid, command line)."""
+    found = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            state, ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+        if state != "Z":
+            found[int(proc.name)] = (int(ppid), cmdline.strip())
+    return found
+
+
+def leaked_processes(root: int, basetemp: Path) -> dict[int, str]:
+    """Descendants of `root`, and processes whose command line points into `basetemp`
+    (QEMU, firmware, serve that outlived their parent)."""
+    table = _processes()
+    marker = f"{basetemp}/"
+    leaked = {pid: cmd for pid, (_, cmd) in table.items() if marker in cmd and pid != root}
+    frontier = [root, *leaked]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, cmd) in table.items():
+            if ppid == parent:
+                leaked[pid] = cmd
+                frontier.append(pid)
+    return leaked
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leaked_processes(tmp_path_factory):
+    """The suite fails if a process a test started is still alive at its end (then killed)."""
+    yield
+    if not Path("/proc/self/stat").exists():
+        return
+    leaked = leaked_processes(os.getpid(), tmp_path_factory.getbasetemp())
+    for pid in leaked:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if leaked:
+        pytest.fail("processes outlived the tests that started them: " + "; ".join(
+            f"{pid}: {cmd[:160]}" for pid, cmd in sorted(leaked.items())), pytrace=False)
 
 
 # ---- Host-driven mode ----------------------------------------------------------------------

@@ -34,15 +34,20 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the parent goes away (Linux)."""
-    if _LIBC is not None:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def child_dies_with_parent(signum: int = signal.SIGKILL) -> dict:
+    """Popen arguments that send the child `signum` when its parent dies (Linux; elsewhere
+    none). The parent is the thread that starts the child: start it from one that lives."""
+    if _LIBC is None:
+        return {}
 
+    parent = os.getpid()
 
-def child_dies_with_parent() -> dict:
-    """Popen arguments that make a child process end with its parent (where supported)."""
-    return {"preexec_fn": _die_with_parent} if _LIBC is not None else {}
+    def die_with_parent() -> None:  # in the child, before exec
+        _LIBC.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return {"preexec_fn": die_with_parent}
 
 
 class Device:

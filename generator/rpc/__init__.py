@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -17,6 +18,7 @@ import time
 import weakref
 from pathlib import Path
 
+from generator.device.runner import child_dies_with_parent
 from generator.errors import DeviceError
 
 START_TIMEOUT = 300.0  # building the firmware may come first
@@ -31,7 +33,9 @@ def connect(project_dir: str | os.PathLike, timeout: float = START_TIMEOUT,
     log = tempfile.TemporaryFile()
     argv = [sys.executable, "-m", "generator", "serve", str(Path(project_dir)), "--port", "0",
             "--sessions", "1", "--json", "--timeout", str(reply_timeout)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log)
+    # SIGTERM when this process dies: serve then stops its device too.
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log,
+                            **child_dies_with_parent(signal.SIGTERM))
     try:
         port = _wait_listening(proc, log, timeout)
         session = rpc.connect("127.0.0.1", port)
