@@ -82,11 +82,16 @@ def board_ram(board: Board) -> tuple[int, int] | None:
     return board.ram_origin, board.ram_bytes
 
 
+# Debian packages of each cross toolchain (compiler and C library).
+TOOLCHAIN_PACKAGES = {"arm-none-eabi": "gcc-arm-none-eabi libnewlib-arm-none-eabi",
+                      "riscv64-unknown-elf": "gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf"}
+
+
 def require_compiler(board: Board) -> None:
     gcc = board.tool("gcc")
     if shutil.which(gcc) is None:
-        hint = ("apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi"
-                if board.toolchain == "arm-none-eabi" else "install a C compiler")
+        packages = TOOLCHAIN_PACKAGES.get(board.toolchain)
+        hint = f"apt-get install {packages}" if packages else "install a C compiler"
         raise ToolchainError(f"board '{board.name}' needs {gcc}, which is not on PATH", hint=hint)
 
 

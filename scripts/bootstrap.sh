@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what microtvm-gen needs on a Debian/Ubuntu machine, idempotently:
 #  - as root: Debian's gcc, gcc-arm-none-eabi, libnewlib-arm-none-eabi, qemu-system-arm,
-#    clang with libFuzzer (only the missing ones);
+#    gcc-riscv64-unknown-elf, picolibc-riscv64-unknown-elf, qemu-system-misc (the RISC-V
+#    board), clang with libFuzzer (only the missing ones);
 #  - a virtualenv in .venv with the package (editable) and its test tools.
 # Prints the path of the virtualenv's bin directory on its last line.
 set -euo pipefail
@@ -13,6 +14,10 @@ command -v gcc >/dev/null || need+=(gcc libc6-dev)
 command -v arm-none-eabi-gcc >/dev/null || need+=(gcc-arm-none-eabi)
 [ -d /usr/lib/arm-none-eabi/newlib ] || need+=(libnewlib-arm-none-eabi)
 command -v qemu-system-arm >/dev/null || need+=(qemu-system-arm)
+# The qemu-riscv32 board: RV32 cross compiler, picolibc, qemu-system-riscv32.
+command -v riscv64-unknown-elf-gcc >/dev/null || need+=(gcc-riscv64-unknown-elf)
+[ -f /usr/lib/picolibc/riscv64-unknown-elf/picolibc.specs ] || need+=(picolibc-riscv64-unknown-elf)
+command -v qemu-system-riscv32 >/dev/null || need+=(qemu-system-misc)
 # clang and its libFuzzer runtime: the fuzz harnesses' short runs in the suite.
 command -v clang >/dev/null || need+=(clang)
 compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null \

@@ -1,0 +1,98 @@
+/*
+ * microtvm-gen board port for QEMU's RISC-V `virt` machine (RV32, machine mode): private
+ * definitions shared by startup.c and platform.c. Not part of the runtime interface (that is
+ * mtvg/platform.h).
+ *
+ * Addresses are those of QEMU's virt machine (its device tree: NS16550A UART at 0x10000000
+ * on PLIC source 10, PLIC at 0x0C000000, hart 0's machine-mode context 0); register layouts
+ * from the NS16550A data sheet, the RISC-V privileged specification and the SiFive PLIC
+ * specification; semihosting numbers from the RISC-V semihosting specification (the ARM
+ * operation numbers, entered through a fixed slli/ebreak/srai sequence).
+ */
+#ifndef MTVG_RISCV_HW_H_
+#define MTVG_RISCV_HW_H_
+
+#include <stdint.h>
+
+#define MTVG_REG8(addr) (*(volatile uint8_t*)(uintptr_t)(addr))
+#define MTVG_REG32(addr) (*(volatile uint32_t*)(uintptr_t)(addr))
+
+/* ---- NS16550A UART0 (registers one byte apart) -------------------------------------- */
+
+#define MTVG_UART0_BASE 0x10000000u
+#define MTVG_UART_RBR MTVG_REG8(MTVG_UART0_BASE + 0u) /* receive buffer (read, DLAB=0) */
+#define MTVG_UART_THR MTVG_REG8(MTVG_UART0_BASE + 0u) /* transmit holding (write, DLAB=0) */
+#define MTVG_UART_DLL MTVG_REG8(MTVG_UART0_BASE + 0u) /* divisor low (DLAB=1) */
+#define MTVG_UART_IER MTVG_REG8(MTVG_UART0_BASE + 1u) /* interrupt enable (DLAB=0) */
+#define MTVG_UART_DLM MTVG_REG8(MTVG_UART0_BASE + 1u) /* divisor high (DLAB=1) */
+#define MTVG_UART_FCR MTVG_REG8(MTVG_UART0_BASE + 2u) /* FIFO control (write) */
+#define MTVG_UART_LCR MTVG_REG8(MTVG_UART0_BASE + 3u) /* line control */
+#define MTVG_UART_MCR MTVG_REG8(MTVG_UART0_BASE + 4u) /* modem control */
+#define MTVG_UART_LSR MTVG_REG8(MTVG_UART0_BASE + 5u) /* line status */
+
+#define MTVG_UART_IER_RX_AVAILABLE 0x01u
+#define MTVG_UART_FCR_ENABLE_AND_CLEAR 0x07u /* FIFOs on, both cleared */
+#define MTVG_UART_LCR_DLAB 0x80u
+#define MTVG_UART_LCR_8N1 0x03u
+#define MTVG_UART_MCR_DTR_RTS_OUT2 0x0Bu
+#define MTVG_UART_LSR_DATA_READY 0x01u
+#define MTVG_UART_LSR_THR_EMPTY 0x20u
+#define MTVG_UART_LSR_TX_IDLE 0x40u /* holding register and shifter empty */
+#define MTVG_UART_IRQ 10u           /* its PLIC source on virt */
+
+/* ---- PLIC ----------------------------------------------------------------------------- */
+
+#define MTVG_PLIC_BASE 0x0C000000u
+#define MTVG_PLIC_PRIORITY(src) MTVG_REG32(MTVG_PLIC_BASE + 4u * (src))
+#define MTVG_PLIC_ENABLE_CTX0(src) MTVG_REG32(MTVG_PLIC_BASE + 0x2000u + 4u * ((src) / 32u))
+#define MTVG_PLIC_THRESHOLD_CTX0 MTVG_REG32(MTVG_PLIC_BASE + 0x200000u)
+#define MTVG_PLIC_CLAIM_CTX0 MTVG_REG32(MTVG_PLIC_BASE + 0x200004u) /* read: claim, write: complete */
+
+/* ---- Machine-mode CSRs ---------------------------------------------------------------- */
+
+#define MTVG_MIE_MEIE (1u << 11) /* machine external interrupt enable */
+
+/* csrr/csrw/csrs with the Zicsr extension switched on locally (the multilib is rv32imac). */
+#define MTVG_CSR_READ(csr, out) \
+  __asm__ volatile(".option push\n\t.option arch, +zicsr\n\tcsrr %0, " #csr "\n\t.option pop" \
+                   : "=r"(out))
+#define MTVG_CSR_SET(csr, bits) \
+  __asm__ volatile(".option push\n\t.option arch, +zicsr\n\tcsrs " #csr ", %0\n\t.option pop" \
+                   ::"r"(bits) : "memory")
+
+/* ---- Semihosting ------------------------------------------------------------------------ */
+
+#define MTVG_SH_SYS_WRITE0 0x04u        /* a1 -> NUL-terminated string */
+#define MTVG_SH_SYS_EXIT 0x18u          /* a1 = reason code (32-bit targets) */
+#define MTVG_SH_SYS_EXIT_EXTENDED 0x20u /* a1 -> {reason code, subcode} */
+
+#define MTVG_SH_ADP_STOPPED_APPLICATION_EXIT 0x20026u
+#define MTVG_SH_ADP_STOPPED_RUNTIME_ERROR_UNKNOWN 0x20023u
+
+/*
+ * One semihosting request: operation in a0, parameter in a1, then the three-instruction
+ * trap sequence, uncompressed and inside one 16-byte block so it never straddles a page.
+ * Requires QEMU's -semihosting-config enable=on (without it the ebreak is a breakpoint trap).
+ */
+static inline uint32_t mtvg_semihost(uint32_t op, uintptr_t arg) {
+  register uint32_t a0 __asm__("a0") = op;
+  register uintptr_t a1 __asm__("a1") = arg;
+  __asm__ volatile(
+      ".option push\n\t"
+      ".option norvc\n\t"
+      ".balign 16\n\t"
+      "slli zero, zero, 0x1f\n\t"
+      "ebreak\n\t"
+      "srai zero, zero, 7\n\t"
+      ".option pop"
+      : "+r"(a0)
+      : "r"(a1)
+      : "memory");
+  return a0;
+}
+
+static inline void mtvg_semihost_puts(const char* s) {
+  (void)mtvg_semihost(MTVG_SH_SYS_WRITE0, (uintptr_t)s);
+}
+
+#endif /* MTVG_RISCV_HW_H_ */
