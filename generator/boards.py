@@ -39,6 +39,7 @@ class FlashSpec:
     """How firmware gets onto a physical board ([flash]): the default runner and its options."""
 
     runner: str  # the default runner
+    uf2_family_id: int | None = None  # for runners that write UF2 images (RP2040: 0xe48bff56)
     # runner name -> its options, from the [flash.<runner>] tables
     runners: dict[str, dict] = field(default_factory=dict, compare=False, hash=False)
 
@@ -166,7 +167,9 @@ def _parse_flash(path: Path, table: dict | None) -> FlashSpec | None:
     if table is None:
         return None
     runners = {k: dict(v) for k, v in table.items() if isinstance(v, dict)}
-    spec = FlashSpec(runner=str(table["runner"]), runners=runners)
+    family = table.get("uf2_family_id")
+    spec = FlashSpec(runner=str(table["runner"]),
+                     uf2_family_id=int(family) if family is not None else None, runners=runners)
     if spec.runner not in runners:
         raise BoardError(f"{path}: [flash] runner '{spec.runner}' has no [flash.{spec.runner}] "
                          "table")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -208,12 +209,16 @@ class Boards(Command):
     help = "list the boards this tool can generate projects for"
 
     def do_add_parser(self, parser):
-        pass
+        parser.add_argument("--connected", action="store_true",
+                            help="list the physical boards plugged in (serial ports whose USB "
+                                 "ids match a board file)")
 
     def do_run(self, args):
         from generator.boards import list_boards, load_board
 
         boards = [load_board(n) for n in list_boards()]
+        if args.connected:
+            return print_connected(boards, args.json)
         if args.json:
             self.emit_json({"boards": [{"name": b.name, "description": b.description,
                                         "arch": b.arch, "runner": b.runner} for b in boards]})
@@ -221,6 +226,21 @@ class Boards(Command):
             for b in boards:
                 print(f"{b.name:20s} {b.description}")
         return EXIT_OK
+
+
+def print_connected(boards, as_json: bool) -> int:
+    from generator.device.serial_ports import connected_ports
+
+    ports = connected_ports(boards)
+    if as_json:
+        Command.emit_json({"connected": [p.to_json() for p in ports]})
+        return EXIT_OK
+    if not ports:
+        print("no known board is connected", file=sys.stderr)
+    for p in ports:
+        print(f"{p.device:16s} {'|'.join(p.boards):28s} {p.usb_id}  "
+              f"serial {p.serial_number or '?'}  {p.description}")
+    return EXIT_OK
 
 
 class Generate(Command):
@@ -442,7 +462,42 @@ class Serve(Command):
         return EXIT_OK
 
 
-COMMANDS: list[Command] = [Export(), Info(), Boards(), Generate(), Build(), Run(), Serve()]
+class Flash(Command):
+    name = "flash"
+    help = "put a project's firmware on its physical board (builds if needed)"
+
+    def do_add_parser(self, parser):
+        parser.add_argument("project", type=Path, help="project directory")
+        parser.add_argument("--runner", help="flash tool: openocd, pyocd, picotool or uf2 "
+                                             "(default: the board file's)")
+        parser.add_argument("--serial-number", metavar="SN",
+                            help="the board to flash when several are connected (its debug "
+                                 "probe's USB serial number, see 'boards --connected')")
+        parser.add_argument("--mount", type=Path,
+                            help="uf2 runner: the board's USB drive (default: found by its "
+                                 "INFO_UF2.TXT)")
+        parser.add_argument("--dry-run", action="store_true",
+                            help="print the command that would run, run nothing")
+
+    def do_run(self, args):
+        from generator.device.flash import flash_project
+
+        result = flash_project(args.project, args.runner, args.serial_number, args.dry_run,
+                               args.mount, progress=progress)
+        if args.json:
+            self.emit_json(result.to_json())
+        elif result.runner is None:
+            print(result.note)
+        elif result.dry_run:
+            print(shlex.join(result.argv))
+        else:
+            where = f" ({result.port})" if result.port else ""
+            print(f"flashed {result.board}{where} with {result.runner}: {result.image}")
+        return EXIT_OK
+
+
+COMMANDS: list[Command] = [Export(), Info(), Boards(), Generate(), Build(), Run(), Serve(),
+                           Flash()]
 
 
 def build_parser() -> argparse.ArgumentParser:
