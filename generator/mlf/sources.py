@@ -32,6 +32,8 @@ UNSUPPORTED_CALLS = ("TVMBackendGetFuncFromEnv", "TVMFuncCall", "TVMBackendParal
 
 
 _TARGET_LINE_RE = re.compile(r"^//\s*tvm target:\s*(\S*)", re.M)
+# TVM 0.27 (MLF v8 exports) writes the target as JSON: its "kind" is the code generator.
+_TARGET_JSON_KIND_RE = re.compile(r'^\{"kind"\s*:\s*"([^"]*)"')
 _SYSTEM_INCLUDE_RE = re.compile(r"^\s*#\s*include\s*<([^>\n]{1,200})>", re.M)
 # A file name the tool copies into a project: it reaches CMake and C text, so only these.
 SAFE_FILE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
@@ -48,6 +50,9 @@ def source_traits(text: str) -> SourceTraits:
     """Which code generator wrote a source file, and the system headers it needs."""
     m = _TARGET_LINE_RE.search(text[:4096])
     target = (m.group(1) or "c") if m else "c"
+    kind = _TARGET_JSON_KIND_RE.match(target)
+    if kind:
+        target = kind.group(1) or "c"
     includes = tuple(dict.fromkeys(_SYSTEM_INCLUDE_RE.findall(text)))
     return SourceTraits(target, includes, "arm_acle.h" in includes)
 
