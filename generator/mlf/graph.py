@@ -261,6 +261,13 @@ def _tagged(attrs: dict, key: str, tag: str, required: bool = True) -> list:
     return value[1]
 
 
+def _text(value) -> str:
+    """A JSON value as text that can be written out as UTF-8 (no lone surrogates)."""
+    text = str(value)
+    text.encode("utf-8")  # UnicodeEncodeError is a ValueError: a malformed graph
+    return text
+
+
 def parse_graph(text: str, where: str) -> Graph:
     """Read the graph JSON; malformed structure raises MlfError."""
     raw = load_bounded(text, where)
@@ -268,15 +275,15 @@ def parse_graph(text: str, where: str) -> Graph:
         nodes = []
         for n in raw["nodes"]:
             attrs = n.get("attrs", n.get("attr", {})) or {}
-            op = str(n["op"])
+            op = _text(n["op"])
             num_in = int(attrs.get("num_inputs", len(n.get("inputs", []))))
             num_out = int(attrs.get("num_outputs", 1))
             nodes.append(GraphNode(
-                name=str(n["name"]), op=op,
-                func_name=str(attrs["func_name"]) if "func_name" in attrs else None,
+                name=_text(n["name"]), op=op,
+                func_name=_text(attrs["func_name"]) if "func_name" in attrs else None,
                 num_inputs=num_in, num_outputs=num_out,
                 inputs=tuple(_ref(r) for r in n.get("inputs", [])),
-                flatten_data=str(attrs["flatten_data"]) if "flatten_data" in attrs else None))
+                flatten_data=_text(attrs["flatten_data"]) if "flatten_data" in attrs else None))
         attrs = raw["attrs"]
         dtypes = _tagged(attrs, "dltype", "list_str")
         sids = _tagged(attrs, "storage_id", "list_int")
@@ -287,7 +294,7 @@ def parse_graph(text: str, where: str) -> Graph:
             arg_nodes=[int(a) for a in raw["arg_nodes"]],
             heads=[_ref(h) for h in raw["heads"]],
             row_ptr=row_ptr,
-            entries=[GraphEntry(int(s), str(d), tuple(int(x) for x in sh))
+            entries=[GraphEntry(int(s), _text(d), tuple(int(x) for x in sh))
                      for s, d, sh in zip(sids, dtypes, shapes, strict=True)],
             device_indices=[int(d) for d in _tagged(attrs, "device_index", "list_int", False)],
             has_storage_scope="storage_scope" in attrs,
@@ -315,6 +322,9 @@ def _check_structure(g: Graph) -> None:
         raise ValueError("attrs lists do not have one element per entry")
     if any(e.storage_id < 0 or any(d < 0 for d in e.shape) for e in g.entries):
         raise ValueError("negative storage id or dimension")
+    for dtype in {e.dtype for e in g.entries}:
+        if not DTYPE_RE.match(dtype) or dtype_bits(dtype) == 0:
+            raise ValueError(f"'{dtype[:40]}' is not a dtype")
     for a in g.arg_nodes:
         if not 0 <= a < len(g.nodes) or g.nodes[a].op != "null":
             raise ValueError("arg_nodes names a node that is not an input")
