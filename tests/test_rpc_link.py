@@ -353,3 +353,45 @@ def test_link_faults_are_detected_and_recovered(device_elf):
     # Every iteration ends within its requests' deadlines (setup + 4 requests, 3 s each).
     assert slowest < 9 * deadline
     assert link.counts["reset"] >= 10 and errors >= link.counts["reset"] * 0.5
+
+
+# ---- Handle epochs (the bridge's rewriting, generator/rpc/handles.py) ----------------------
+
+
+def test_handles_carry_the_epoch_both_ways():
+    from generator.rpc.handles import EPOCH_SHIFT, HandleEpochs, Stale
+
+    epochs = HandleEpochs()
+    tag = epochs.epoch << EPOCH_SHIFT
+    device_reply = H("1400000000000000 04000000 01000000 04000000 0000002000000000"
+                     .replace(" ", ""))  # AllocWithScope -> OpaquePtr 0x20000000
+    assert decode_return(epochs.to_client(device_reply)) == [Handle(0x20000000 | tag)]
+    not_found = packets.packet(packets.RETURN, packets.encode_args(Handle(0)))
+    assert epochs.to_client(not_found) == not_found  # handle 0 stays 0
+    t = Tensor(0x20000000 | tag, (4,))
+    assert epochs.to_device(Requests.copy_to(t, b"x" * 16)) == \
+        Requests.copy_to(Tensor(0x20000000, (4,)), b"x" * 16)
+    assert epochs.to_device(Requests.call(0x30000 | tag, t, 1.5, "s", None)) == \
+        Requests.call(0x30000, Tensor(0x20000000, (4,)), 1.5, "s", None)
+    epochs.advance()  # the device restarted
+    stale = epochs.to_device(Requests.copy_from(t, 16))
+    assert isinstance(stale, Stale) and stale.handle == t.data
+    with pytest.raises(DeviceError, match="stale handle"):
+        decode_return(stale.reply)
+    for request in (Requests.call(0x30000 | tag, *[Tensor(t.data, (4,))] * 3),
+                    Requests.copy_to(Tensor(0x20000000, (4,)), b"x" * 16)):  # untagged too
+        assert isinstance(epochs.to_device(request), Stale)
+    freed = epochs.to_device(Requests.free_data(t.data))
+    assert isinstance(freed, Stale) and decode_return(freed.reply) == [None]
+    assert epochs.to_device(Requests.init_server()) == Requests.init_server()
+    junk = packets.packet(packets.CALL_FUNC, b"\x01\x02")
+    assert epochs.to_device(junk) == junk  # the device's own checks refuse it
+
+
+def test_epochs_wrap_without_zero():
+    from generator.rpc.handles import MAX_EPOCH, HandleEpochs
+
+    epochs = HandleEpochs()
+    epochs.epoch = MAX_EPOCH
+    epochs.advance()
+    assert epochs.epoch == 1
