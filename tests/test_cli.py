@@ -11,7 +11,7 @@ import pytest
 
 from generator import RUNTIME_ABI_VERSION, __version__
 from generator.cli import COMMANDS, main
-from tests.conftest import REPO, YES_NO
+from tests.conftest import QEMU_BOARDS, REPO, YES_NO
 
 
 @pytest.mark.parametrize("name", [c.name for c in COMMANDS])
@@ -38,7 +38,7 @@ def test_boards_json(capsys):
     assert main(["boards", "--json"]) == 0
     names = [b["name"] for b in json.loads(capsys.readouterr().out)["boards"]]
     assert names == sorted(names)
-    assert {"host", "qemu-mps2-an385", "nucleo-f746zg", "nucleo-l4r5zi", "nrf52840dk",
+    assert {"host", *QEMU_BOARDS, "nucleo-f746zg", "nucleo-l4r5zi", "nrf52840dk",
             "rpi-pico"} <= set(names)
 
 

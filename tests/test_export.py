@@ -13,13 +13,21 @@ import numpy as np
 import pytest
 
 from generator.cli import main
-from generator.errors import ExportError, MlfError
+from generator.errors import ExportError, MlfError, UnsupportedModelError
 from generator.export import export_model
 from generator.export.planner import Interval, lower_bound, plan
 from generator.mlf import read_mlf
 from generator.project.generate import generate
 from generator.run import run_project
-from tests.conftest import BOARDS, REPO, require_board_tools, shared_path
+from tests.conftest import (
+    ALL_BOARDS,
+    BOARDS,
+    HEAVY_BOARDS,
+    QEMU_BOARDS,
+    REPO,
+    require_board_tools,
+    shared_path,
+)
 
 MNIST = REPO / "examples" / "mnist"
 MODELS = REPO / "tests" / "fixtures" / "models"
@@ -64,6 +72,7 @@ def tflm_outputs(model: Path, samples: list[np.ndarray]) -> list[np.ndarray]:
 
 _exports: dict[str, object] = {}
 _runs: dict[tuple[str, str], object] = {}
+_projects: dict[tuple[str, str], Path] = {}
 
 
 def _export(model: Path, tmp_path_factory):
@@ -80,6 +89,7 @@ def _run(model: Path, board: str, samples: list[dict], tmp_path_factory):
         result = _export(model, tmp_path_factory)
         project = tmp_path_factory.mktemp("proj") / f"{model.stem}-{board}"
         generate(result.path, board, project)
+        _projects[key] = project
         _runs[key] = run_project(project, samples)
     return _runs[key]
 
@@ -119,7 +129,7 @@ def test_planner_empty():
 # ---- mnist-8 (ONNX, float) ----------------------------------------------------------------
 
 @pytest.mark.slow
-@pytest.mark.parametrize("board", BOARDS)
+@pytest.mark.parametrize("board", HEAVY_BOARDS)
 def test_mnist_digits_match_tvm_llvm(board, tmp_path_factory):
     images = [digit(2), digit(9)]
     report = _run(MNIST / "mnist-8.onnx", board, [{"Input3": x} for x in images],
@@ -190,9 +200,12 @@ def _hello_inputs(kind: str) -> list[np.ndarray]:
     return [np.array([[v]], dtype=np.int8) for v in q]
 
 
+# int8 on every board (the small model every board runs), float on one board per core kind.
+HELLO_RUNS = [("int8", b) for b in ALL_BOARDS] + [("float", b) for b in HEAVY_BOARDS]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("board", BOARDS)
-@pytest.mark.parametrize("kind", ["float", "int8"])
+@pytest.mark.parametrize("kind, board", HELLO_RUNS)
 def test_hello_world_matches_tflite_micro(kind, board, tmp_path_factory):
     model = HELLO[kind]
     xs = _hello_inputs(kind)
@@ -209,6 +222,20 @@ def test_hello_world_matches_tflite_micro(kind, board, tmp_path_factory):
             assert g.tobytes() == w.tobytes()  # integer kernels: TFLite's arithmetic
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("board", QEMU_BOARDS)
+def test_ticks_repeat_on_a_second_boot(board, tmp_path_factory):
+    """Under -icount a run takes the same number of timer ticks every time QEMU boots."""
+    xs = _hello_inputs("int8")[:5]
+    name = "serving_default_dense_input:0"
+    first = _run(HELLO["int8"], board, [{name: x} for x in _hello_inputs("int8")],
+                 tmp_path_factory)
+    again = run_project(_projects[(HELLO["int8"].name, board)], [{name: x} for x in xs])
+    assert [r.ticks for r in again.results] == [r.ticks for r in first.results[:5]]
+    assert all(r.ticks > 0 for r in again.results)
+    assert [t.unit for t in again.timings] == ["instructions"] * len(xs)
+
+
 # ---- MLPerf Tiny keyword spotting (TFLite, int8) ------------------------------------------
 
 def _kws_inputs() -> tuple[list[np.ndarray], list[int]]:
@@ -220,7 +247,7 @@ def _kws_inputs() -> tuple[list[np.ndarray], list[int]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("board", BOARDS)
+@pytest.mark.parametrize("board", HEAVY_BOARDS)
 def test_kws_bit_identical_to_tflite_micro(board, tmp_path_factory):
     xs, expected = _kws_inputs()
     report = _run(KWS, board, [{"input_1": x} for x in xs], tmp_path_factory)
@@ -228,6 +255,19 @@ def test_kws_bit_identical_to_tflite_micro(board, tmp_path_factory):
     assert [int(np.argmax(g)) for g in got] == expected  # top-1 25/25
     want = tflm_outputs(KWS, xs)
     assert [g.tobytes() for g in got] == [w.tobytes() for w in want]  # all 25 vectors
+
+
+@pytest.mark.parametrize("model, needs", [
+    (MNIST / "mnist-8.onnx", "34,536 B of RAM (model pools 31,360 B, inputs/outputs 3,176 B)"),
+    (KWS, "16,502 B of RAM (model pools 16,000 B, inputs/outputs 502 B)")], ids=["mnist", "kws"])
+def test_too_big_for_the_microbit_is_refused(model, needs, tmp_path_factory, tmp_path):
+    """The heavy models cannot fit 16 KiB: generate says so with the numbers, writes nothing."""
+    result = _export(model, tmp_path_factory)
+    with pytest.raises(UnsupportedModelError) as err:
+        generate(result.path, "qemu-microbit", tmp_path / "p")
+    assert f"cannot fit board 'qemu-microbit': it needs at least {needs} + 2,048 B stack; " \
+           "qemu-microbit has 16,384 B" in str(err.value)
+    assert not (tmp_path / "p").exists()
 
 
 def test_kws_stays_integer(tmp_path_factory):

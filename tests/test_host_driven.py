@@ -2,6 +2,7 @@
 
 The firmware runs on the host board (a process) and on qemu-mps2-an385; the client is
 TVM 0.27's own `tvm.rpc`, directly (`generator.rpc.connect`) and through a stock tracker.
+Every other QEMU board takes one call and one timing through the same stock client.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 
 from generator.cli import main
-from tests.conftest import BOARDS, REPO, host_driven_project
+from tests.conftest import BOARDS, QEMU_BOARDS, REPO, host_driven_project
 from tests.test_rpc_tracker import _free_port, _start_tracker, _stop_tracker
 
 tvm = pytest.importorskip("tvm")
@@ -97,6 +98,28 @@ def test_qemu_timings_repeat_exactly(project):
     second = time_vadd(connect(project))
     assert first == second
     assert len(set(first)) == 1, first  # and within a run, every repeat reads the same
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("board", [b for b in QEMU_BOARDS if b not in BOARDS])
+def test_one_call_on_every_qemu_board(board, operators_archive, tmp_path_factory):
+    """vadd through the stock client equals numpy; its timing repeats exactly on a new boot."""
+    from generator.rpc import connect
+
+    project = host_driven_project(operators_archive, board,
+                                  tmp_path_factory.mktemp(f"hd-{board}") / "proj")
+    rng = np.random.default_rng(5)
+    remote = connect(project)
+    dev = remote.cpu(0)
+    a, b = rng.standard_normal(256, dtype=np.float32), rng.standard_normal(256, dtype=np.float32)
+    out = tvm.runtime.tensor(np.zeros(256, np.float32), dev)
+    remote.system_lib().get_function("vadd")(tvm.runtime.tensor(a, dev),
+                                             tvm.runtime.tensor(b, dev), out)
+    np.testing.assert_array_equal(out.numpy(), a + b)
+    first = time_vadd(remote)
+    del remote, out
+    second = time_vadd(connect(project))
+    assert first == second and all(t > 0 for t in first)
 
 
 def _serve(project, *args: str) -> tuple[subprocess.Popen, int]:

@@ -50,6 +50,9 @@ PROJECT_TYPES = (STANDALONE, HOST_DRIVEN)
 HOST_DRIVEN_MAX_PAYLOAD = 4096
 HOST_DRIVEN_POOL_MAX = 1 << 20
 HOST_DRIVEN_POOL_RAM_SHARE = 4  # at most a quarter of the board's RAM
+# Small boards get smaller frames: each frame buffer takes at most 1/16 of the RAM (16 KiB: 1 KiB).
+HOST_DRIVEN_MIN_PAYLOAD = 1024
+HOST_DRIVEN_PAYLOAD_RAM_SHARE = 16
 
 
 
@@ -193,6 +196,14 @@ def plain_text(text: str) -> str:
     return "".join(c if c.isascii() and (c.isalnum() or c in " _.+-") else "?" for c in text)
 
 
+def host_driven_payload(board: Board) -> int:
+    """Frame payload limit of a host-driven project: 4 KiB, less on boards with little RAM."""
+    if not board.ram_bytes:
+        return HOST_DRIVEN_MAX_PAYLOAD
+    return max(HOST_DRIVEN_MIN_PAYLOAD,
+               min(HOST_DRIVEN_MAX_PAYLOAD, board.ram_bytes // HOST_DRIVEN_PAYLOAD_RAM_SHARE))
+
+
 def rpc_pool_bytes(board: Board) -> int:
     """Tensor memory of a host-driven project: a quarter of the RAM, at most 1 MiB."""
     ram = board.ram_bytes if board.ram_bytes else HOST_DRIVEN_POOL_MAX
@@ -253,7 +264,7 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         compile_definitions, graph_context = _graph_context(files, module)
     pool = rpc_pool_bytes(board)
     if host_driven:
-        compile_definitions = {"MTVG_LINK_MAX_PAYLOAD": HOST_DRIVEN_MAX_PAYLOAD,
+        compile_definitions = {"MTVG_LINK_MAX_PAYLOAD": host_driven_payload(board),
                         "MTVG_RPC_POOL_BYTES": pool, "MTVG_RPC_WORKSPACE_BYTES": arena}
     # MLF v8: <mod>_lib0.c is TVM 0.27's kernel code, built against TVM's own headers; the
     # other sources are ours (run function, weights, packed entries), built with the runtime.
@@ -318,7 +329,7 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         },
     }
     if host_driven:
-        project["host_driven"] = {"link_max_payload": HOST_DRIVEN_MAX_PAYLOAD,
+        project["host_driven"] = {"link_max_payload": host_driven_payload(board),
                                   "tensor_pool_bytes": pool,
                                   "functions": list(module.registry or [])}
     out[PROJECT_FILE] = (json.dumps(project, indent=2, sort_keys=True) + "\n").encode()
