@@ -1,0 +1,128 @@
+"""Build time and firmware size on the physical boards (nothing is flashed or run).
+
+One row per (model, board): the time of a clean generate + build (CMake configure, compile,
+link; for the Pico also its boot2 step; the median of --repeat runs), flash use (code,
+constants and the .data image; the Pico's includes its 256-byte boot2), static RAM (.data +
+.bss), the stack the board file reserves, and the shares of the board's regions. Models: the
+TVM 0.8 yes/no archive, and models exported with TVM 0.27 (hello_world int8, mlperftiny kws
+int8, mnist-8 float). qemu-mps2-an385 is a reference row.
+
+Usage: python benchmarks/physical_boards.py [--boards a,b] [--models yes_no,kws] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from generator.boards import load_board
+from generator.build import build
+from generator.project.generate import generate
+
+REPO = Path(__file__).resolve().parent.parent
+MODELS = REPO / "tests" / "fixtures" / "models"
+PHYSICAL_BOARDS = ["nucleo-f746zg", "nucleo-l4r5zi", "nrf52840dk", "rpi-pico"]
+REFERENCE_BOARD = "qemu-mps2-an385"
+ARCHIVES = {"yes_no": REPO / "examples" / "yes_no" / "model.tar"}
+EXPORTED = {
+    "hello_world_int8": MODELS / "hello_world" / "hello_world_int8.tflite",
+    "kws_int8": MODELS / "mlperftiny_kws" / "kws_ref_model.tflite",
+    "mnist-8": REPO / "examples" / "mnist" / "mnist-8.onnx",
+}
+
+
+@dataclass
+class Row:
+    model: str
+    board: str
+    build_seconds: float
+    flash_bytes: int
+    flash_region: int
+    ram_static_bytes: int
+    stack_bytes: int
+    ram_region: int
+
+    @property
+    def flash_pct(self) -> float:
+        return 100.0 * self.flash_bytes / self.flash_region
+
+    @property
+    def ram_pct(self) -> float:
+        return 100.0 * (self.ram_static_bytes + self.stack_bytes) / self.ram_region
+
+
+def archive_for(model: str, work: Path) -> Path:
+    if model in ARCHIVES:
+        return ARCHIVES[model]
+    from generator.export import export_model
+
+    dest = work / f"{model}.tar"
+    if not dest.exists():
+        export_model(EXPORTED[model], dest)
+    return dest
+
+
+def measure(model: str, archive: Path, board_name: str, work: Path, repeat: int) -> Row:
+    board = load_board(board_name)
+    project = work / f"{model}-{board_name}"
+    times = []
+    for _ in range(repeat):
+        shutil.rmtree(project, ignore_errors=True)
+        start = time.perf_counter()
+        generate(archive, board_name, project)
+        result = build(project)
+        times.append(time.perf_counter() - start)
+    return Row(model, board_name, statistics.median(times), result.size.flash,
+               board.flash_bytes or 0, result.size.ram, board.stack_bytes or 0,
+               board.ram_bytes or 0)
+
+
+def physical_board_rows(models: list[str], boards: list[str], work: Path,
+                        repeat: int = 3) -> list[Row]:
+    """The rows of this benchmark (callable from other benchmark scripts)."""
+    rows = []
+    for model in models:
+        archive = archive_for(model, work)
+        for board in boards:
+            rows.append(measure(model, archive, board, work, repeat))
+            print(f"  {model} on {board}: {rows[-1].build_seconds:.1f} s", file=sys.stderr)
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    out = ["| model | board | generate + build | flash | of flash | RAM static | "
+           "+ stack | of RAM |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r.model} | {r.board} | {r.build_seconds:.1f} s | {r.flash_bytes:,} B | "
+                   f"{r.flash_pct:.1f} % | {r.ram_static_bytes:,} B | {r.stack_bytes:,} B | "
+                   f"{r.ram_pct:.1f} % |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--boards", default=",".join([*PHYSICAL_BOARDS, REFERENCE_BOARD]))
+    parser.add_argument("--models", default=",".join([*ARCHIVES, *EXPORTED]))
+    parser.add_argument("--repeat", type=int, default=3, help="clean builds per row (median)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mtvg-physical-") as tmp:
+        rows = physical_board_rows(args.models.split(","), args.boards.split(","), Path(tmp),
+                                   args.repeat)
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+    else:
+        print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
