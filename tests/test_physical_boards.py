@@ -17,7 +17,7 @@ from generator.boards import load_board
 from generator.build import build
 from generator.device.uf2 import load_segments
 from generator.project.generate import generate
-from tests.conftest import YES_NO
+from tests.conftest import REPO, YES_NO
 
 PHYSICAL_BOARDS = ["nucleo-f746zg", "nucleo-l4r5zi", "nrf52840dk", "rpi-pico"]
 SHF_ALLOC = 0x2
@@ -153,6 +153,32 @@ def test_rp2040_boot2_block(built):
     assert sections[".boot2"][3] == board.flash_origin
     assert sections[".boot2"][4] == RP2040_BOOT2_BYTES
     assert sections[".text"][3] == board.flash_origin + RP2040_BOOT2_BYTES
+
+
+@pytest.fixture(scope="module")
+def operator_archive(tmp_path_factory):
+    """hello_world int8 exported with every kernel callable by name (host-driven projects)."""
+    from generator.export.operators import export_model_operators
+
+    dest = tmp_path_factory.mktemp("ops") / "ops.tar"
+    model = REPO / "tests" / "fixtures" / "models" / "hello_world" / "hello_world_int8.tflite"
+    export_model_operators(model, dest)
+    return dest
+
+
+@pytest.mark.parametrize("board", PHYSICAL_BOARDS)
+def test_host_driven_project_builds(board, operator_archive, tmp_path):
+    """The RPC server firmware, which `serve --serial` talks to, builds warning-free too."""
+    _require_arm_gcc()
+    project = tmp_path / "p"
+    generated = generate(operator_archive, board, project)
+    assert generated.project_type == "host-driven"
+    result = build(project)
+    assert "warning" not in (project / "build" / "build.log").read_text().lower()
+    spec = load_board(board)
+    assert result.size.ram + spec.stack_bytes <= spec.ram_bytes
+    boot2 = RP2040_BOOT2_BYTES if spec.platform == "rp2040" else 0
+    assert _symbol(result.elf, "mtvg_vectors") == spec.flash_origin + boot2
 
 
 def test_rp2040_boot2_crc_changes_with_code(tmp_path):
