@@ -273,6 +273,17 @@ def test_flash_as_a_separate_process(nucleo, fake_tools):
                         str(nucleo.resolve() / "build" / "firmware.elf")]
 
 
+def test_jlink_serial_number_without_zero_padding(tmp_path_factory, fake_tools, ports, capsys):
+    nrf = _project(tmp_path_factory, "nrf52840dk")
+    ports.set([_port("/dev/ttyACM0", J_LINK, "000683123456", "J-Link - CDC")])
+    planned = _dry_run(capsys, nrf)
+    assert "adapter serial 683123456" in planned["command"]
+    assert planned["serial_number"] == "000683123456" and planned["port"] == "/dev/ttyACM0"
+    assert main(["flash", str(nrf), "--runner", "pyocd", "--serial-number", "000683123456"]) == 0
+    [argv] = fake_tools()
+    assert argv[argv.index("--uid") + 1] == "683123456"
+
+
 # ---- serial discovery ----------------------------------------------------------------------
 
 def test_connected_ports_match_by_usb_ids(ports):

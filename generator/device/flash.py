@@ -40,6 +40,10 @@ FLASH_LOG = "flash.log"
 # Where desktops mount USB drives; the UF2 runner looks for the board's drive there.
 MOUNT_ROOTS = ("/media/*/*", "/media/*", "/run/media/*/*", "/mnt/*", "/Volumes/*")
 UF2_INFO_FILE = "INFO_UF2.TXT"
+# SEGGER's USB vendor id. A J-Link's USB serial number is its numeric serial zero-padded to
+# 12 digits ("000683123456"); openocd and pyocd want the number itself (openocd reads a
+# leading 0 as octal and refuses the rest).
+SEGGER_VID = 0x1366
 
 
 @dataclass
@@ -297,7 +301,7 @@ def flash_project(project_dir: Path, runner_name: str | None = None,
         port = next((p.device for p in _ports_of(board) if p.serial_number == serial_number),
                     None)
     elf = project_dir / BUILD_DIR / FIRMWARE
-    job = FlashJob(board, elf, options, serial_number, mount)
+    job = FlashJob(board, elf, options, probe_serial_number(board, runner, serial_number), mount)
     plan = runner.plan(job)
     if dry_run:
         return FlashResult(board.name, runner.name, plan.argv, str(plan.image), serial_number,
@@ -310,6 +314,15 @@ def flash_project(project_dir: Path, runner_name: str | None = None,
     runner.execute(job, plan)
     return FlashResult(board.name, runner.name, plan.argv, str(plan.image), serial_number, port,
                        False, True)
+
+
+def probe_serial_number(board: Board, runner: Runner, serial: str | None) -> str | None:
+    """The serial number as the tool names the probe (see SEGGER_VID)."""
+    if serial is None or not runner.probe_serial or board.usb is None:
+        return serial
+    if board.usb.vid == SEGGER_VID and serial.isdigit():
+        return serial.lstrip("0") or "0"
+    return serial
 
 
 def _ports_of(board: Board) -> list:
