@@ -12,6 +12,7 @@ import json
 import os
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -262,23 +263,49 @@ class Generate(Command):
         parser.add_argument("--cmsis-nn", type=Path, metavar="PATH",
                             help="CMSIS-NN source tree, for archives with cmsis-nn BYOC "
                                  "partitions (default: $CMSIS_NN_PATH)")
+        parser.add_argument("--template", type=Path, metavar="DIR",
+                            help="template directory with a Project API server "
+                                 "(default: the built-in CRT template)")
+        parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                            help="a project option of the template (repeatable; 'true'/'false' "
+                                 "for booleans)")
 
     def do_run(self, args):
-        from generator.project.generate import generate
+        from generator.project_api.drive import generate_project
 
-        project = generate(args.archive, args.board, args.output, force=args.force,
-                           module_name=args.module, project_type=args.project_type,
-                           cmsis_nn=args.cmsis_nn)
+        if not args.archive.exists():
+            raise InputError(f"{args.archive}: no such file or directory")
+        options = {"board": args.board, "project_type": args.project_type,
+                   "module": args.module, "force": args.force or None,
+                   "cmsis_path": str(args.cmsis_nn.resolve()) if args.cmsis_nn else None,
+                   **parse_options(args.option)}
+        project = generate_project(args.archive, args.output, options, args.template)
+        files = sorted(p.relative_to(args.output).as_posix()
+                       for p in args.output.rglob("*") if p.is_file())
+        module = project["module"]
         if args.json:
-            self.emit_json({"project": str(project.path), "board": project.board.name,
-                            "module": project.module.name, "entry": project.module.entry,
-                            "project_type": project.project_type,
-                            "arena_bytes": project.arena_bytes, "files": project.files})
+            self.emit_json({"project": str(args.output), "board": project["board"],
+                            "module": module["name"], "entry": module["entry"],
+                            "project_type": project["project_type"],
+                            "arena_bytes": module["arena_bytes"], "files": files})
         else:
-            print(f"generated {project.path} for {project.board.name} "
-                  f"({len(project.files)} files, module '{project.module.name}', "
-                  f"{project.project_type}, entry {project.module.entry})")
+            print(f"generated {args.output} for {project['board']} "
+                  f"({len(files)} files, module '{module['name']}', "
+                  f"{project['project_type']}, entry {module['entry']})")
         return EXIT_OK
+
+
+def parse_options(items: list[str]) -> dict:
+    """--option NAME=VALUE items: 'true'/'false' become booleans, digits integers."""
+    out: dict = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise InputError(f"--option '{item}': expected NAME=VALUE")
+        lowered = value.lower()
+        out[name] = (lowered == "true" if lowered in ("true", "false")
+                     else int(value) if value.isdigit() else value)
+    return out
 
 
 class Build(Command):
@@ -292,9 +319,9 @@ class Build(Command):
                                  "('run' keeps the setting of the last build)")
 
     def do_run(self, args):
-        from generator.build import build
+        from generator.project_api.drive import build_project
 
-        result = build(args.project, sanitize=args.sanitize, progress=progress)
+        result = build_project(args.project, sanitize=args.sanitize)
         if args.json:
             self.emit_json(result.to_json())
         else:
@@ -481,9 +508,17 @@ class Flash(Command):
 
     def do_run(self, args):
         from generator.device.flash import flash_project
+        from generator.project_api.drive import flash_project as flash_through_server
 
-        result = flash_project(args.project, args.runner, args.serial_number, args.dry_run,
-                               args.mount, progress=progress)
+        # The plan (runner, argv) is computed here; a real flash goes through the project's
+        # Project API server, which runs the same plan.
+        result = flash_project(args.project, args.runner, args.serial_number, True, args.mount)
+        if not args.dry_run and result.runner is not None:
+            flash_through_server(args.project, {"runner": args.runner,
+                                                "serial_number": result.serial_number,
+                                                "mount": str(args.mount) if args.mount
+                                                else None})
+            result = replace(result, dry_run=False, flashed=True)
         if args.json:
             self.emit_json(result.to_json())
         elif result.runner is None:

@@ -10,12 +10,12 @@ import numpy as np
 from generator import RUNTIME_ABI_VERSION
 from generator.boards import Board, load_board
 from generator.build import BUILD_DIR, FIRMWARE, BuildResult, board_ram, build
-from generator.device.runner import open_device
 from generator.elfsize import elf_size
 from generator.errors import DeviceError, InputError
 from generator.link.app_client import AppClient, RunResult
 from generator.mlf.model import c_identifier
 from generator.project.generate import load_project
+from generator.project_api.drive import project_device
 
 BOOT_TIMEOUT = 60.0
 REPLY_TIMEOUT = 120.0
@@ -138,15 +138,14 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
                              + (f"; unknown {', '.join(unknown)}" if unknown else ""))
         encoded.append([prepare_input(s, sample[s.name], where) for s in inputs])
 
-    ensure_built(project_dir, progress, sanitize)
     board = load_board(project["board"])
-    elf = project_dir / BUILD_DIR / FIRMWARE
-    size = elf_size(elf, board_ram(board))
     all_outputs: list[dict[str, np.ndarray]] = []
     results: list[RunResult] = []
     if progress:
-        progress(f"starting {board.name}")
-    with open_device(board, elf) as device:
+        progress(f"building if needed, then starting {board.name}")
+    # Through the project's Project API server: its build, then its transport.
+    with project_device(project_dir, sanitize) as device:
+        size = elf_size(project_dir / BUILD_DIR / FIRMWARE, board_ram(board))
         client = AppClient(device, REPLY_TIMEOUT)
         hello = client.hello(BOOT_TIMEOUT)
         if hello.abi != RUNTIME_ABI_VERSION or hello.input_sizes != [s.size_bytes for s in inputs] \

@@ -7,7 +7,6 @@ the first byte is written; a failure while writing leaves no half-made project b
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import struct
@@ -29,13 +28,19 @@ from generator.mlf.model import (
 )
 from generator.mlf.reader import load_mlf
 from generator.project.cdata import c_bytes_initializer, c_string_literal
+from generator.project.extra_files import read_extra_files
 from generator.project.fit import check_fits
 from generator.project.libraries import Libraries, needed_libraries
+from generator.project.tvm_headers import TvmHeaders, include_roots, tvm_headers
 from generator.resources import templates_dir
 
 PROJECT_FILE = "project.json"
 PROJECT_SCHEMA = 1
 STAGING_NAME = ".mtvg-staging"
+# The Project API server every project carries, and the copy of its archive.
+PROJECT_API_FILES = ("microtvm_api_server.py", "launch_microtvm_api_server.sh")
+MODEL_COPY = "model.tar"
+EXECUTABLE_SUFFIXES = (".sh", "microtvm_api_server.py")
 WORKSPACE_ALIGN = 16  # MTVG_WORKSPACE_ALIGN in templates/common/include/mtvg/runtime.h
 MIN_LIVE_BLOCKS = 64  # MTVG_WORKSPACE_MAX_LIVE default
 # Runtime files only graph-executor projects compile.
@@ -83,20 +88,11 @@ def tvm_include_dirs() -> list[str]:
     """Include directories of the installed tvm-ffi and apache-tvm packages.
 
     Kernels in MLF v8 archives are TVM 0.27's C codegen output, which includes TVM's own
-    headers (`tvm/runtime/base.h`, `tvm/ffi/c_api.h`); projects compile them against the
-    installed packages' headers rather than copies.
+    headers (`tvm/runtime/base.h`, `tvm/ffi/c_api.h`). Projects carry copies of the ones
+    they need (generator/project/tvm_headers.py); the tests' ctypes runner and the
+    benchmarks compile against these folders directly.
     """
-    dirs = []
-    for package in ("tvm_ffi", "tvm"):
-        spec = importlib.util.find_spec(package)
-        locations = list(spec.submodule_search_locations or []) if spec else []
-        include = Path(locations[0]) / "include" if locations else None
-        if include is None or not include.is_dir():
-            raise ProjectError(f"MLF version 8 kernels need the headers of the '{package}' "
-                               "package, which is not installed",
-                               hint="pip install apache-tvm==0.27.0.post1")
-        dirs.append(include.resolve().as_posix())
-    return dirs
+    return [root.path.as_posix() for root in include_roots()]
 
 
 def resolve_project_type(module: ModuleInfo, project_type: str | None) -> str:
@@ -170,7 +166,13 @@ def arena_bytes_for(module: ModuleInfo) -> int:
 def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = False,
              module_name: str | None = None,
              project_type: str | None = None,
-             cmsis_nn: Path | None = None) -> GeneratedProject:
+             cmsis_nn: Path | None = None,
+             extra_definitions: dict[str, str] | None = None,
+             werror: bool = True,
+             extra_files_tar: Path | None = None) -> GeneratedProject:
+    """Render a project. The Project API's options arrive as the last three arguments:
+    `extra_definitions` (checked NAME → VALUE), `werror` for our code, and a tar of extra
+    files (plain names, never replacing a generated file)."""
     board = load_board(board_name)
     archive, files = load_mlf(archive_path)
     try:
@@ -184,10 +186,26 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
     libraries = needed_libraries(module, str(archive_path), cmsis_nn)
     _check_target_dir(out_dir, force)
 
-    rendered = _render_files(archive, files, module, board, archive_path, kind, libraries)
+    extra = read_extra_files(extra_files_tar) if extra_files_tar else {}
+    rendered = _render_files(archive, files, module, board, archive_path, kind, libraries,
+                             extra_definitions or {}, werror)
+    rendered.update(_project_api_files(archive_path))
+    clash = sorted(set(extra) & set(rendered))
+    if clash:
+        raise ProjectError(f"{extra_files_tar}: '{clash[0]}' would replace a generated file")
+    rendered.update(extra)
     _write_atomically(out_dir, rendered)
     return GeneratedProject(out_dir, board, archive, module, arena_bytes_for(module),
                             sorted(rendered), kind)
+
+
+def _project_api_files(archive_path: Path) -> dict[str, bytes]:
+    """Every project carries the Project API server (and the archive it came from)."""
+    crt = templates_dir() / "crt"
+    files = {name: (crt / name).read_bytes() for name in PROJECT_API_FILES}
+    if archive_path.is_file():
+        files[MODEL_COPY] = archive_path.read_bytes()
+    return files
 
 
 def plain_text(text: str) -> str:
@@ -219,7 +237,9 @@ def _check_target_dir(out_dir: Path, force: bool) -> None:
 
 def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, board: Board,
                   archive_path: Path, project_type: str,
-                  libraries: Libraries | None = None) -> dict[str, bytes]:
+                  libraries: Libraries | None = None,
+                  extra_definitions: dict[str, str] | None = None,
+                  werror: bool = True) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     common = templates_dir() / "common"
     crt = templates_dir() / "crt"
@@ -270,6 +290,10 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     # other sources are ours (run function, weights, packed entries), built with the runtime.
     tvm_kernels = sorted(n for n in out if module.abi is not None and n.startswith("model/src/")
                          and n.endswith("_lib0.c"))
+    # ...whose copies (only those the kernels include) travel with the project.
+    headers = (tvm_headers(out, tvm_kernels, ["model/include"]) if module.abi is not None
+               else TvmHeaders())
+    out.update(headers.files)
     context = {
         "generator_version": __version__,
         "abi_version": RUNTIME_ABI_VERSION,
@@ -278,6 +302,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         "archive_name": plain_text(archive_path.name),
         "cmsis_nn_path": libraries.cmsis_nn.as_posix() if libraries and libraries.cmsis_nn
         else None,
+        "extra_definitions": extra_definitions or {},
+        "werror": werror,
         "archive_sha256": archive.sha256 or "directory",
         "arena_bytes": arena,
         "external_pools": external_pools,
@@ -295,7 +321,7 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
                                 and n not in tvm_kernels),
         "tvm_kernel_sources": tvm_kernels,
         "model_objects": sorted(n for n in out if n.startswith("model/lib/")),
-        "tvm_include_dirs": tvm_include_dirs() if module.abi is not None else [],
+        "tvm_include_dirs": headers.include_dirs,
         "tvm_code_cflags": TVM_CODE_CFLAGS,
     }
     context.update(graph_context)
@@ -306,6 +332,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     if not board.is_native:
         toolchain = env.get_template("toolchain.cmake.j2").render(context)
         out["cmake/toolchain.cmake"] = toolchain.encode()
+    out["README.md"] = env.get_template("README.md.j2").render(
+        context, project_type=project_type, board_is_native=board.is_native).encode()
 
     project = {
         "schema": PROJECT_SCHEMA,
@@ -332,6 +360,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         project["host_driven"] = {"link_max_payload": host_driven_payload(board),
                                   "tensor_pool_bytes": pool,
                                   "functions": list(module.registry or [])}
+    if module.abi is not None:
+        project["tvm_headers"] = headers.record()
     out[PROJECT_FILE] = (json.dumps(project, indent=2, sort_keys=True) + "\n").encode()
     return out
 
@@ -373,6 +403,8 @@ def _write_atomically(out_dir: Path, rendered: dict[str, bytes]) -> None:
             dest = staging / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
+            if rel.endswith(EXECUTABLE_SUFFIXES):
+                dest.chmod(0o755)
         for old in out_dir.iterdir():
             if old.name == STAGING_NAME:
                 continue
