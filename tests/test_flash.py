@@ -154,7 +154,7 @@ def test_dry_run_prints_the_command(nucleo, fake_tools, ports, capsys):
     assert main(["flash", str(nucleo), "--runner", "pyocd", "--dry-run"]) == 0
     printed = capsys.readouterr().out.strip()
     elf = nucleo.resolve() / "build" / "firmware.elf"
-    assert printed == f"pyocd flash --target stm32f746zgtx --uid 0670FF {elf}"
+    assert printed == f"pyocd flash --no-wait --target stm32f746zgtx --uid 0670FF {elf}"
     assert main(["flash", str(nucleo), "--runner", "pyocd"]) == 0
     [argv] = fake_tools()
     assert argv[1:] == printed.split()[1:]
@@ -269,7 +269,7 @@ def test_flash_as_a_separate_process(nucleo, fake_tools):
                           capture_output=True, text=True, cwd=REPO, env=os.environ.copy())
     assert proc.returncode == 0, proc.stderr
     [argv] = fake_tools()
-    assert argv[1:] == ["flash", "--target", "stm32f746zgtx", "--uid", "0670FF",
+    assert argv[1:] == ["flash", "--no-wait", "--target", "stm32f746zgtx", "--uid", "0670FF",
                         str(nucleo.resolve() / "build" / "firmware.elf")]
 
 

@@ -144,7 +144,7 @@ class OpenOcd(Runner):
 
 
 class PyOcd(Runner):
-    """pyOCD (PyPI's pyocd; the optional extra 'flash'): `pyocd flash -t TARGET`."""
+    """pyOCD (PyPI's pyocd; the optional extra 'flash'): `pyocd flash --target TARGET`."""
 
     name = "pyocd"
     tool = "pyocd"
@@ -152,7 +152,8 @@ class PyOcd(Runner):
     required_options = ("target",)
 
     def argv(self, job):
-        argv = [self.tool, "flash", "--target", job.options["target"]]
+        # --no-wait: without it pyocd waits forever for a probe that is not connected.
+        argv = [self.tool, "flash", "--no-wait", "--target", job.options["target"]]
         if job.serial_number:
             argv += ["--uid", job.serial_number]
         return [*argv, str(job.elf)]
