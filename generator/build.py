@@ -171,12 +171,37 @@ def ram_use_from_map(map_path: Path, board: Board) -> str | None:
 
 
 def recorded_sanitize(project_dir: Path) -> bool | None:
-    """The sanitizer setting the build directory was configured with, if it has one."""
+    """The sanitizer setting the build directory was configured with, if it has one: ours,
+    else the CMake cache's (a build directory configured by hand with plain CMake)."""
     path = project_dir / BUILD_DIR / SETTINGS
     try:
         return bool(json.loads(path.read_text())["sanitize"])
     except (OSError, ValueError, KeyError, TypeError):
+        pass
+    value = _cache_entry(project_dir / BUILD_DIR, "MTVG_SANITIZE")
+    return None if value is None else value.upper() in ("ON", "TRUE", "1", "YES", "Y")
+
+
+def _cache_entry(build_dir: Path, name: str) -> str | None:
+    """A value from build_dir's CMakeCache.txt (`NAME:TYPE=value`), if present."""
+    try:
+        text = (build_dir / "CMakeCache.txt").read_text(errors="replace")
+    except OSError:
         return None
+    match = re.search(rf"^{re.escape(name)}:\w+=(.*)$", text, re.M)
+    return match[1] if match else None
+
+
+def configured_elsewhere(project_dir: Path) -> bool:
+    """True when the build directory was configured for the project at another place (the
+    project was moved or copied after a build): CMake refuses such a cache."""
+    home = _cache_entry(project_dir / BUILD_DIR, "CMAKE_HOME_DIRECTORY")
+    if home is None:
+        return False
+    try:
+        return not Path(home).exists() or not Path(home).samefile(project_dir)
+    except OSError:
+        return True
 
 
 def build(project_dir: Path, sanitize: bool | None = None, progress=None) -> BuildResult:
@@ -193,8 +218,8 @@ def build(project_dir: Path, sanitize: bool | None = None, progress=None) -> Bui
     if sanitize and not board.is_native:
         raise ToolchainError(f"--sanitize needs a host build; board '{board.name}' runs "
                              "cross-compiled firmware")
-    if build_dir.exists() and previous != sanitize:
-        shutil.rmtree(build_dir)  # configured otherwise, or by an older version
+    if build_dir.exists() and (previous != sanitize or configured_elsewhere(project_dir)):
+        shutil.rmtree(build_dir)  # configured otherwise, by an older version, or elsewhere
     build_dir.mkdir(exist_ok=True)
     (build_dir / SETTINGS).write_text(json.dumps({"sanitize": sanitize}) + "\n")
     log = build_dir / "build.log"
@@ -204,8 +229,7 @@ def build(project_dir: Path, sanitize: bool | None = None, progress=None) -> Bui
     ninja = ninja_program()
     if ninja:
         configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
-    if not board.is_native:
-        configure.append(f"-DCMAKE_TOOLCHAIN_FILE={project_dir / 'cmake' / 'toolchain.cmake'}")
+    # Cross boards: the project's CMakeLists picks up its cmake/toolchain.cmake by itself.
     if progress:
         progress("configuring")
     if not (build_dir / "CMakeCache.txt").exists():
