@@ -524,6 +524,8 @@ class Flash(Command):
         elif result.runner is None:
             print(result.note)
         elif result.dry_run:
+            if result.note:
+                progress(f"{result.note} (the command has no serial number)")
             print(shlex.join(result.argv))
         else:
             where = f" ({result.port})" if result.port else ""

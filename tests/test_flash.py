@@ -185,6 +185,7 @@ def test_no_board_connected(nucleo, fake_tools, ports, capsys):
     # A dry run still shows the command (without a serial number).
     planned = _dry_run(capsys, nucleo)
     assert not any(a.startswith("adapter serial") for a in planned["command"])
+    assert "no nucleo-f746zg is connected" in planned["note"]
 
 
 def test_picotool_loads_a_uf2_written_from_the_elf(pico, fake_tools, ports, capsys):

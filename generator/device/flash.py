@@ -24,7 +24,7 @@ import os
 import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -37,6 +37,7 @@ from generator.project.generate import load_project
 
 UF2_NAME = "firmware.uf2"
 FLASH_LOG = "flash.log"
+FLASH_TIMEOUT_SECONDS = 300  # a 2 MiB image at a slow SWD clock takes about a minute
 # Where desktops mount USB drives; the UF2 runner looks for the board's drive there.
 MOUNT_ROOTS = ("/media/*/*", "/media/*", "/run/media/*/*", "/mnt/*", "/Volumes/*")
 UF2_INFO_FILE = "INFO_UF2.TXT"
@@ -63,8 +64,7 @@ class FlashJob:
 class FlashPlan:
     runner: str
     argv: list[str]
-    image: Path
-    prepare: list[str] = field(default_factory=list)  # what is written before argv runs
+    image: Path  # the file the tool writes to the board
 
     def shell_text(self) -> str:
         return shlex.join(self.argv)
@@ -97,8 +97,7 @@ class Runner:
 
     def plan(self, job: FlashJob) -> FlashPlan:
         self.check(job)
-        prepare = [f"write {job.uf2} from {job.elf}"] if self.image == "uf2" else []
-        return FlashPlan(self.name, self.argv(job), self.image_path(job), prepare)
+        return FlashPlan(self.name, self.argv(job), self.image_path(job))
 
     def program(self) -> str:
         found = shutil.which(self.tool)
@@ -114,7 +113,12 @@ class Runner:
         """Run the plan: the tool named in argv[0], resolved on PATH now."""
         program = self.program()
         log = job.elf.with_name(FLASH_LOG)
-        proc = subprocess.run([program, *plan.argv[1:]], capture_output=True, text=True)
+        try:
+            proc = subprocess.run([program, *plan.argv[1:]], capture_output=True, text=True,
+                                  timeout=FLASH_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired as exc:
+            raise DeviceError(f"{self.tool} did not finish within {FLASH_TIMEOUT_SECONDS} s")\
+                from exc
         log.write_text(f"$ {plan.shell_text()}\n{proc.stdout}{proc.stderr}")
         if proc.returncode != 0:
             lines = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
@@ -290,14 +294,15 @@ def flash_project(project_dir: Path, runner_name: str | None = None,
         return FlashResult(board.name, None, [], None, None, None, dry_run, False,
                            f"nothing to flash: board '{board.name}' {how}")
     runner, options = runner_for(board, runner_name)
-    port = None
+    port, note = None, ""
     if serial_number is None and runner.probe_serial and board.usb is not None:
         try:
             found = find_board_port(board)
             serial_number, port = found.serial_number, found.device
-        except DeviceError:
+        except DeviceError as exc:
             if not dry_run or len(_ports_of(board)) > 1:
                 raise
+            note = str(exc)
     elif serial_number is not None and runner.probe_serial and board.usb is not None:
         port = next((p.device for p in _ports_of(board) if p.serial_number == serial_number),
                     None)
@@ -306,7 +311,7 @@ def flash_project(project_dir: Path, runner_name: str | None = None,
     plan = runner.plan(job)
     if dry_run:
         return FlashResult(board.name, runner.name, plan.argv, str(plan.image), serial_number,
-                           port, True, False)
+                           port, True, False, note)
     runner.require_tool()  # a missing tool fails before the build
     build(project_dir, progress=progress)
     prepare_image(runner, job)
