@@ -3,7 +3,8 @@
 One row per (model, board): the time of a clean generate + build (CMake configure, compile,
 link; for the Pico also its boot2 step; the median of --repeat runs), flash use (code,
 constants and the .data image; the Pico's includes its 256-byte boot2), static RAM (.data +
-.bss), the stack the board file reserves, and the shares of the board's regions. Models: the
+.bss), the stack the board file reserves, the shares of the board's regions, and what the
+board port's own objects take. Models: the
 TVM 0.8 yes/no archive, and models exported with TVM 0.27 (hello_world int8, mlperftiny kws
 int8, mnist-8 float). qemu-mps2-an385 is a reference row.
 
@@ -16,6 +17,7 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +50,8 @@ class Row:
     ram_static_bytes: int
     stack_bytes: int
     ram_region: int
+    port_flash_bytes: int  # the board port's objects: code, constants, vectors (and boot2)
+    port_ram_bytes: int  # their .data + .bss (mostly the receive ring)
 
     @property
     def flash_pct(self) -> float:
@@ -56,6 +60,21 @@ class Row:
     @property
     def ram_pct(self) -> float:
         return 100.0 * (self.ram_static_bytes + self.stack_bytes) / self.ram_region
+
+
+def port_footprint(project: Path, board) -> tuple[int, int]:
+    """Flash and RAM of the port's object files, by the board's `size` tool (before the
+    linker drops unused sections, so an upper bound)."""
+    objects = sorted((project / "build" / "CMakeFiles" / "firmware.elf.dir").rglob("*.o*"))
+    ours = [o for o in objects if "platform" in o.parts or o.name.startswith("boot2_image")]
+    out = subprocess.run([board.tool("size"), *map(str, ours)], capture_output=True, text=True,
+                         check=True).stdout.splitlines()[1:]
+    flash = ram = 0
+    for line in out:
+        text, data, bss = (int(v) for v in line.split()[:3])
+        flash += text + data
+        ram += data + bss
+    return flash, ram
 
 
 def archive_for(model: str, work: Path) -> Path:
@@ -81,7 +100,7 @@ def measure(model: str, archive: Path, board_name: str, work: Path, repeat: int)
         times.append(time.perf_counter() - start)
     return Row(model, board_name, statistics.median(times), result.size.flash,
                board.flash_bytes or 0, result.size.ram, board.stack_bytes or 0,
-               board.ram_bytes or 0)
+               board.ram_bytes or 0, *port_footprint(project, board))
 
 
 def physical_board_rows(models: list[str], boards: list[str], work: Path,
@@ -98,12 +117,12 @@ def physical_board_rows(models: list[str], boards: list[str], work: Path,
 
 def table(rows: list[Row]) -> str:
     out = ["| model | board | generate + build | flash | of flash | RAM static | "
-           "+ stack | of RAM |",
-           "|---|---|---:|---:|---:|---:|---:|---:|"]
+           "+ stack | of RAM | port flash | port RAM |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         out.append(f"| {r.model} | {r.board} | {r.build_seconds:.1f} s | {r.flash_bytes:,} B | "
                    f"{r.flash_pct:.1f} % | {r.ram_static_bytes:,} B | {r.stack_bytes:,} B | "
-                   f"{r.ram_pct:.1f} % |")
+                   f"{r.ram_pct:.1f} % | {r.port_flash_bytes:,} B | {r.port_ram_bytes:,} B |")
     return "\n".join(out)
 
 
