@@ -87,9 +87,10 @@ class Row:
     refused: str | None = None
 
 
-def measure(model: Model, archive: Path, board: str, work: Path) -> Row:
+def measure(key: str, archive: Path, board: str, work: Path) -> Row:
+    model = MODELS[key]
     row = Row(model.label, board, stack_bytes=load_board(board).stack_bytes)
-    out = work / f"{archive.stem}-{board}"
+    out = work / f"{key}-{board}"
     try:
         start = time.monotonic()
         generate(archive, board, out)
@@ -144,7 +145,7 @@ def main() -> int:
                 archive = work / f"{key}.tar"
                 export_model(model.source, archive)
             for board in args.boards.split(","):
-                rows.append(measure(model, archive, board, work))
+                rows.append(measure(key, archive, board, work))
                 if not args.json:
                     print(markdown(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
     finally:
