@@ -9,8 +9,8 @@ survive lost and damaged bytes:
   the device reports a damaged frame (Nak), and at once when a damaged frame arrives here;
 - the timeout grows with the request's transfer time at the host-to-device speed, which is
   learnt apart from the device-to-host speed (a UART can be much faster one way than the
-  other: QEMU's moves replies 25x faster than requests, and one rate for both made every
-  upload after a download retransmit);
+  other: QEMU's moves replies about 10x faster than requests, and one rate for both made
+  the uploads after a download retransmit);
 - the device answers a repeated seq from its reply cache without running the request
   again, and replies whose seq or CRC-32 is wrong are dropped here.
 

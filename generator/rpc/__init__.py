@@ -32,7 +32,8 @@ def connect(project_dir: str | os.PathLike, timeout: float = START_TIMEOUT,
 
     log = tempfile.TemporaryFile()
     argv = [sys.executable, "-m", "generator", "serve", str(Path(project_dir)), "--port", "0",
-            "--sessions", "1", "--json", "--timeout", str(reply_timeout)]
+            "--sessions", "1", "--json", "--timeout", str(reply_timeout),
+            "--idle-timeout", "0"]  # a private serve: nobody else waits for its device
     # SIGTERM when this process dies: serve then stops its device too.
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log,
                             **child_dies_with_parent(signal.SIGTERM))

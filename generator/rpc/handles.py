@@ -29,6 +29,7 @@ from generator.rpc import packets
 EPOCH_SHIFT = 48
 MAX_EPOCH = (1 << (64 - EPOCH_SHIFT)) - 1
 DEVICE_MASK = (1 << EPOCH_SHIFT) - 1
+MAX_NDIM = 64  # a larger ndim is not a tensor header the bridge walks past (the device: 6)
 _U64 = struct.Struct("<Q")
 _I32 = struct.Struct("<i")
 
@@ -81,7 +82,7 @@ def _tensor_header(r: _Reader, fields: _Fields) -> None:
     fields.offsets.append(r.take(8))  # data
     r.take(8)  # device
     ndim = r.i32()
-    if not 0 <= ndim <= 64:
+    if not 0 <= ndim <= MAX_NDIM:
         raise Unparsed()
     r.take(4 + 8 * ndim + 8)  # dtype, shape, byte_offset
 
