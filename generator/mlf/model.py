@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from generator.mlf.graph import Graph
 
 DTYPE_RE = re.compile(r"^(int|uint|float|bfloat|bool)(\d*)$")
+DTYPE_BITS = (1, 4, 8, 16, 32, 64)
 
 
 def dtype_bits(dtype: str) -> int:
@@ -19,7 +20,10 @@ def dtype_bits(dtype: str) -> int:
         raise ValueError(f"unknown dtype '{dtype}'")
     if m.group(1) == "bool":
         return 8
-    return int(m.group(2) or 32)
+    bits = int(m.group(2) or 32) if len(m.group(2)) <= 3 else 0
+    if bits not in DTYPE_BITS:
+        raise ValueError(f"unknown dtype '{dtype}'")
+    return bits
 
 
 # DLPack type codes (DLDataTypeCode) of the dtype families.

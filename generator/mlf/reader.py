@@ -37,6 +37,7 @@ from generator.mlf.schema import check_metadata
 
 MAX_METADATA_BYTES = 16 * 1024 * 1024
 MAX_IO_BYTES = 1 << 30  # one input or output tensor
+MAX_SOURCE_BYTES = 64 * 1024 * 1024  # the module's C sources (real ones: a few MB)
 SUPPORTED_VERSIONS = (5, 6, 7, 8)
 NEWEST_KNOWN_VERSION = 8
 # generator/export/mlf_writer.py ABI_NAME and OPERATOR_ABI_NAME, and the style of archive
@@ -182,6 +183,8 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
                                traits.uses_dsp))
     objs = [ObjectFile(n, sources.elf_arch(files.data[_safe_member(where, n)]))
             for n in obj_names]
+    if sum(len(files.data[s.path]) for s in srcs) > MAX_SOURCE_BYTES:
+        raise MlfError(f"{where}: the C sources hold more than {MAX_SOURCE_BYTES} bytes")
     c_text = "\n".join(files.text(s.path) for s in srcs if not s.is_partition)
 
     header_path = f"codegen/host/include/tvmgen_{name}.h"
@@ -195,7 +198,11 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
                   for p in load_params(files.data[params_path], f"{where}: {params_path}")]
 
     relay_path = f"src/{name}.relay" if version >= 7 else "src/relay.txt"
-    relay = sources.parse_relay_main(files.text(relay_path)) if files.has(relay_path) else None
+    try:
+        relay = (sources.parse_relay_main(files.text(relay_path)) if files.has(relay_path)
+                 else None)
+    except MlfError as exc:
+        raise MlfError(f"{where}: {relay_path}: {exc}") from None
 
     graph_path = None
     if executor == "graph":

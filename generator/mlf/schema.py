@@ -75,7 +75,8 @@ def _list(value: object, where: str, required: bool = True) -> list:
 
 
 def _optional(info: dict, key: str, check: Callable[[object, str], object], where: str) -> None:
-    if key in info and info[key] is not None:
+    """Check a field when present (a null is checked too: the reader would use it)."""
+    if key in info:
         check(info[key], f"{where}.{key}")
 
 

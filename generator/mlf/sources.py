@@ -12,15 +12,14 @@ import struct
 from dataclasses import dataclass
 
 from generator.errors import MlfError
-from generator.mlf.model import ShapedTensor, c_identifier
+from generator.mlf.model import ShapedTensor, c_identifier, dtype_bits
 
-_COMMENT_RE = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 _FUNC_DEF_RE = re.compile(
     r"(?:^|[;}\n])\s*(?:TVM_DLL\s+|static\s+|inline\s+)*(?:int32_t|int)\s+(\w+)\s*\(([^()]*)\)\s*\{",
     re.M,
 )
 _STRUCT_RE = re.compile(r"struct\s+(\w+)\s*\{([^}]*)\}", re.S)
-_DEFINE_RE = re.compile(r"#define\s+(\w+)\s+(\d+)\b")
+_DEFINE_RE = re.compile(r"#define\s+(\w+)\s+(\d{1,18})\b")
 _POOL_STATIC_RE = re.compile(
     r"static\s+(?:const\s+)?(?:struct\s+)?(?:uint8_t\s+)?(?:__attribute__\s*\(\(.*?\)\)\s*)?"
     r"(\w+)\s*\[(\d+)\]\s*;"
@@ -58,7 +57,35 @@ def source_traits(text: str) -> SourceTraits:
 
 
 def strip_comments(text: str) -> str:
-    return _COMMENT_RE.sub(" ", text)
+    """The text without C comments, in one linear pass (a regex with a lazy `.*?` takes
+    quadratic time on many unterminated `/*`)."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    next_block, next_line = text.find("/*"), text.find("//")
+    while i < n:
+        if 0 <= next_block < i:
+            next_block = text.find("/*", i)
+        if 0 <= next_line < i:
+            next_line = text.find("//", i)
+        starts = [p for p in (next_block, next_line) if p >= 0]
+        if not starts:
+            out.append(text[i:])
+            break
+        start = min(starts)
+        out.append(text[i:start])
+        if start == next_block:
+            end = text.find("*/", start + 2)
+            if end < 0:
+                break
+            out.append(" ")
+            i = end + 2
+        else:
+            end = text.find("\n", start + 2)
+            if end < 0:
+                break
+            out.append(" ")
+            i = end
+    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -137,9 +164,9 @@ def internal_pools(c_text: str) -> dict[str, int]:
 # ---- Relay text (src/<mod>.relay, src/relay.txt) -----------------------------------------
 
 _RELAY_PARAM_RE = re.compile(
-    r'%(?:"([^"]+)"|([\w.:]+?))\s*:\s*Tensor\[\(([^)]*)\),\s*(\w+)\]'
+    r'%(?:"([^"]+)"|([\w.:]+?))\s*:\s*Tensor\[\(([^)]*)\),\s*((?:u?int|float|bfloat|bool)\d{0,3})\]'
 )
-_RELAY_TY_RE = re.compile(r"ty=Tensor\[\(([^)]*)\),\s*(\w+)\]")
+_RELAY_TY_RE = re.compile(r"ty=Tensor\[\(([^)]*)\),\s*((?:u?int|float|bfloat|bool)\d{0,3})\]")
 _RELAY_DTYPE_RE = re.compile(r'(?:out_)?dtype="(\w+)"')
 
 
@@ -168,18 +195,19 @@ def parse_relay_main(text: str) -> RelaySignature | None:
                 break
     header = text[start:end + 1]
     params = [ShapedTensor(m.group(1) or m.group(2), _dims(m.group(3)), m.group(4))
-              for m in _RELAY_PARAM_RE.finditer(header)]
+              for m in _RELAY_PARAM_RE.finditer(header) if _known_dtype(m.group(4))]
     tail_line = text[end:text.find("{", end)] if "{" in text[end:] else ""
     result = None
-    arrow = re.search(r"->\s*Tensor\[\(([^)]*)\),\s*(\w+)\]", tail_line)
-    if arrow:
+    arrow = re.search(r"->\s*Tensor\[\(([^)]*)\),\s*((?:u?int|float|bfloat|bool)\d{0,3})\]",
+                      tail_line)
+    if arrow and _known_dtype(arrow.group(2)):
         result = ShapedTensor("output", _dims(arrow.group(1)), arrow.group(2))
     body = text[end:]
     last_expr = _last_expression(body)
     hint = None
     if last_expr:
         ty = _RELAY_TY_RE.search(last_expr)
-        if ty and result is None:
+        if ty and result is None and _known_dtype(ty.group(2)):
             result = ShapedTensor("output", _dims(ty.group(1)), ty.group(2))
         dt = _RELAY_DTYPE_RE.search(last_expr)
         if dt:
@@ -187,6 +215,14 @@ def parse_relay_main(text: str) -> RelaySignature | None:
     dtypes = {p.dtype for p in params}
     uniform = dtypes.pop() if len(dtypes) == 1 and not _RELAY_DTYPE_RE.search(body) else None
     return RelaySignature(params, result, hint, uniform)
+
+
+def _known_dtype(dtype: str) -> bool:
+    try:
+        dtype_bits(dtype)
+    except ValueError:
+        return False
+    return True
 
 
 def _last_expression(body: str) -> str | None:
@@ -203,6 +239,8 @@ def _dims(text: str) -> tuple[int, ...]:
     for part in text.split(","):
         m = re.match(r"\s*(-?\d+)", part)
         if m:
+            if len(m.group(1)) > 18:
+                raise MlfError(f"a Relay shape dimension with {len(m.group(1))} digits")
             dims.append(int(m.group(1)))
     return tuple(dims)
 
