@@ -135,6 +135,11 @@ def main() -> int:
     unknown = [m for m in args.models.split(",") if m not in MODELS]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
+    for board in args.boards.split(","):
+        try:
+            load_board(board)
+        except MtgError as exc:
+            parser.error(exc.one_line())
     work = Path(tempfile.mkdtemp(prefix="mtvg-boards-"))
     rows: list[Row] = []
     try:
