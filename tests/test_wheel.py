@@ -1,0 +1,124 @@
+"""A wheel that works: built from the repository, installed (not editable) into a fresh
+virtualenv, it exports mnist-8, generates, builds and runs the digit 2 in QEMU from a
+folder outside the repository.
+
+How the venv gets its dependencies: a fresh `python -m venv` (no system site-packages;
+`.venv/bin/python -m venv --system-site-packages` would inherit the base interpreter's
+packages, not .venv's, so it is no shortcut) and `pip install <wheel>` with its
+dependencies from the machine's configured package index. That took 42 s here (TVM, ONNX,
+NumPy, CMake, Ninja, ... from the local mirror), well inside a slow test's budget, and it
+also proves the wheel's declared dependencies are enough. The wheel is built from a copy of
+the working tree, so the build leaves nothing (build/, *.egg-info) in the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, require_board_tools
+
+MNIST = REPO / "examples" / "mnist"
+BOARD = "qemu-mps2-an385"
+INSTALL_TIMEOUT = 900
+STEP_TIMEOUT = 600
+# What a copy of the working tree leaves out (environments, caches, build outputs).
+NOT_COPIED = (".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", "*.pyc",
+              ".pytest_cache", ".ruff_cache", ".benchmarks", "out")
+# Files the Project API needs from the crt template (being a .py and a .sh, the ones most
+# easily dropped by package-data globs).
+PROJECT_API_FILES = ("crt/microtvm_api_server.py", "crt/launch_microtvm_api_server.sh")
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: int = STEP_TIMEOUT) -> str:
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, f"{argv} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def data_files(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+def clean_environment(venv: Path) -> dict[str, str]:
+    """The caller's environment without anything that points at the repository."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "MICROTVM_GEN_ROOT", "MICROTVM_GEN_PYTHON",
+                        "PYTHONHOME")}
+    path = [p for p in env.get("PATH", "").split(os.pathsep)
+            if p and not Path(p).resolve().is_relative_to(REPO)]
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), *path])
+    return env
+
+
+def digit_2() -> np.ndarray:
+    """examples/mnist/demo.py's preprocessing: 28x28 grey pixels 0..255 as float32."""
+    from PIL import Image
+
+    img = Image.open(MNIST / "digit-2.jpg").convert("L").resize((28, 28))
+    return np.asarray(img).astype("float32").reshape(1, 1, 28, 28)
+
+
+@pytest.mark.slow
+def test_installed_wheel_exports_generates_builds_and_runs(tmp_path):
+    require_board_tools(BOARD)
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*NOT_COPIED))
+    dist = tmp_path / "dist"
+    run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-w", str(dist)],
+        tmp_path, dict(os.environ))
+    wheels = list(dist.glob("microtvm_gen-*.whl"))
+    assert len(wheels) == 1
+
+    # The wheel holds templates/ and boards/ whole, as package data, and no tests.
+    names = set(zipfile.ZipFile(wheels[0]).namelist())
+    for folder, package in (("templates", "generator/_templates"),
+                            ("boards", "generator/_boards")):
+        expected = {f"{package}/{name}" for name in data_files(REPO / folder)}
+        assert expected and expected <= names, sorted(expected - names)[:10]
+    assert {f"generator/_templates/{n}" for n in PROJECT_API_FILES} <= names
+    assert "generator/project/generate.py" in names and "generator/project_api/client.py" in names
+    assert not any(n.startswith(("tests/", "examples/", "templates/", "boards/")) for n in names)
+
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", str(venv)], tmp_path, dict(os.environ))
+    python = venv / "bin" / "python"
+    env = clean_environment(venv)
+    run([str(python), "-m", "pip", "install", "-q", str(wheels[0])], tmp_path, env,
+        timeout=INSTALL_TIMEOUT)
+    shutil.rmtree(source)  # nothing may need the tree the wheel came from
+
+    work = tmp_path / "work"
+    work.mkdir()
+    where = json.loads(run([str(python), "-c", "import json, generator, generator.resources as r;"
+                            "print(json.dumps([generator.__file__, str(r.templates_dir()),"
+                            " str(r.boards_dir())]))"], work, env))
+    site = venv.resolve()
+    for path in where:
+        assert Path(path).resolve().is_relative_to(site), where
+        assert not Path(path).resolve().is_relative_to(REPO), where
+
+    np.save(work / "digit2.npy", digit_2())
+    cli = str(venv / "bin" / "microtvm-gen")
+    run([cli, "export", str(MNIST / "mnist-8.onnx"), "--input-shape", "Input3=1,1,28,28",
+         "-o", "mnist.tar"], work, env)
+    run([cli, "generate", "mnist.tar", "--board", BOARD, "-o", "proj"], work, env)
+    assert (work / "proj" / "README.md").is_file()
+    assert (work / "proj" / "third_party" / "tvm" / "include").is_dir()
+    run([cli, "build", "proj"], work, env)
+    printed = run([cli, "run", "proj", "--input", "Input3=digit2.npy"], work, env)
+    report = json.loads(run([cli, "run", "proj", "--input", "Input3=digit2.npy", "--json"],
+                            work, env))
+    scores = np.asarray(report["samples"][0]["outputs"]["Plus214_Output_0"]).reshape(-1)
+    assert int(np.argmax(scores)) == 2
+    assert "Plus214_Output_0" in printed
