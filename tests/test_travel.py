@@ -261,3 +261,34 @@ def test_cmsis_nn_tree_named_again_after_a_move(tmp_path):
     report = run_project(moved, [{"x": s} for s in samples])
     for sample, out in zip(samples, report.outputs, strict=True):
         assert out["y"].reshape(-1).tolist() == _reference(sample.reshape(-1))
+
+
+def test_include_scan_follows_the_compilers_search_order(tmp_path):
+    """Quoted names first beside the including file, then the folders in order (the first
+    root wins); angled names only in the folders; names that leave a root, system headers
+    and include cycles end the scan quietly."""
+    from generator.project.tvm_headers import IncludeRoot, _Scan
+
+    def root(name: str, files: dict[str, str]) -> IncludeRoot:
+        for rel, text in files.items():
+            (tmp_path / name / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name / rel).write_text(text)
+        return IncludeRoot(name, (tmp_path / name).resolve(), f"third_party/{name}")
+
+    (tmp_path / "secret.h").write_text("/* outside every root */\n")
+    first = root("first", {"a/top.h": '#include "near.h"\n#include <b/shared.h>\n',
+                           "a/near.h": '#include "top.h"\n#include "../../secret.h"\n',
+                           "b/shared.h": "/* first's */\n", "near.h": "/* not beside */\n"})
+    second = root("second", {"b/shared.h": "/* second's */\n", "only.h": "#include <stdint.h>\n",
+                             "a/near.h": "/* shadowed */\n"})
+    project = {"model/src/k_lib0.c": b'#include "a/top.h"\n  #  include <only.h>\n'
+                                     b'#include "k.h"\n#include <near.h>\n',
+               "model/include/k.h": b'#include "b/shared.h"\n'}
+    scan = _Scan(project, ["model/include"], [first, second])
+    scan.run(["model/src/k_lib0.c"])
+    assert sorted(scan.found) == ["third_party/first/include/a/near.h",
+                                  "third_party/first/include/a/top.h",
+                                  "third_party/first/include/b/shared.h",
+                                  "third_party/first/include/near.h",
+                                  "third_party/second/include/only.h"]
+    assert scan.found["third_party/first/include/b/shared.h"] == b"/* first's */\n"

@@ -122,3 +122,22 @@ def test_installed_wheel_exports_generates_builds_and_runs(tmp_path):
     scores = np.asarray(report["samples"][0]["outputs"]["Plus214_Output_0"]).reshape(-1)
     assert int(np.argmax(scores)) == 2
     assert "Plus214_Output_0" in printed
+
+
+def test_data_folders_installed_copy_source_tree_and_override(tmp_path, monkeypatch):
+    """resources: the installed copies when present, else the source tree (checkout,
+    editable install); MICROTVM_GEN_ROOT over both."""
+    from generator import resources
+
+    package = tmp_path / "site-packages" / "generator"
+    installed = {"templates": package / "_templates", "boards": package / "_boards"}
+    monkeypatch.setattr(resources, "INSTALLED", installed)  # not there: the source tree
+    assert resources.templates_dir() == resources.PACKAGE_DIR.parent / "templates"
+    assert resources.boards_dir() == resources.PACKAGE_DIR.parent / "boards"
+    for folder in installed.values():
+        folder.mkdir(parents=True)
+    assert resources.templates_dir() == installed["templates"]
+    assert resources.boards_dir() == installed["boards"]
+    monkeypatch.setenv(resources.ROOT_ENV, str(tmp_path / "root"))
+    assert resources.templates_dir() == tmp_path / "root" / "templates"
+    assert resources.boards_dir() == tmp_path / "root" / "boards"
