@@ -292,3 +292,16 @@ def test_include_scan_follows_the_compilers_search_order(tmp_path):
                                   "third_party/first/include/near.h",
                                   "third_party/second/include/only.h"]
     assert scan.found["third_party/first/include/b/shared.h"] == b"/* first's */\n"
+
+
+def test_include_scan_is_bounded(tmp_path):
+    """Kernel sources come from an archive: a flood of include names is refused in one line."""
+    from generator.errors import ProjectError
+    from generator.project.tvm_headers import MAX_LOOKUPS, IncludeRoot, _Scan
+
+    flood = "".join(f"#include <n{i}.h>\n" for i in range(MAX_LOOKUPS + 1)).encode()
+    (tmp_path / "inc").mkdir()
+    scan = _Scan({"model/src/k_lib0.c": flood}, ["model/include"],
+                 [IncludeRoot("x", tmp_path / "inc", "third_party/x")])
+    with pytest.raises(ProjectError, match="more than 10000 header names"):
+        scan.run(["model/src/k_lib0.c"])

@@ -26,8 +26,10 @@ THIRD_PARTY = "third_party"
 TVM_ROOTS = (("apache-tvm-ffi", "tvm_ffi", "tvm-ffi"), ("apache-tvm", "tvm", "tvm"))
 # License texts a redistribution carries (Apache-2.0 §4), from each wheel's metadata.
 LICENSE_NAMES = ("LICENSE", "NOTICE")
-# A bound on the scan: TVM's C headers are a few dozen files.
+# Bounds on the scan (kernel sources come from an archive): TVM's C headers are a few
+# dozen files, and a kernel includes a handful of names.
 MAX_HEADERS = 200
+MAX_LOOKUPS = 10_000
 INCLUDE_RE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 
 
@@ -90,6 +92,7 @@ class _Scan:
         self.project_dirs = project_dirs
         self.roots = roots
         self.found: dict[str, bytes] = {}  # project path of a copy → bytes
+        self.lookups = 0
 
     def _in_project(self, rel: str) -> tuple[str, bytes] | None:
         return (rel, self.project[rel]) if rel in self.project else None
@@ -128,7 +131,11 @@ class _Scan:
         seen: set[str] = set(sources)
         while todo:
             where, text = todo.pop()
-            for quote, name in INCLUDE_RE.findall(text):
+            for quote, name in set(INCLUDE_RE.findall(text)):
+                self.lookups += 1
+                if self.lookups > MAX_LOOKUPS:
+                    raise ProjectError(f"the kernel sources include more than {MAX_LOOKUPS} "
+                                       "header names; not TVM's C codegen output")
                 hit = self._locate(where, quote == b'"', name.decode("ascii", "replace"))
                 if hit is None or hit[1] in seen:
                     continue
