@@ -63,6 +63,9 @@ EXPORTS = (  # (label, model path relative to the repo, export style)
     ("mnist-8-operator", "examples/mnist/mnist-8.onnx", "operator"),
 )
 SAVED_PER_CLASS = 3
+# `generate` runs in process through the template server's method for every archive, and
+# also through the CLI (which starts a server process) for every Nth archive.
+CLI_GENERATE_EVERY = 25
 
 
 # ---- seeds --------------------------------------------------------------------------------
@@ -251,14 +254,19 @@ class Summary:
 
 
 def git_commit() -> str:
+    """HEAD, and whether generator/ or templates/ differ from it (with a digest of the
+    difference, so a tree that changed during a run shows)."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO,
                               capture_output=True, text=True, timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "generator"], cwd=REPO,
-                               capture_output=True, text=True, timeout=30).stdout.strip()
+        diff = subprocess.run(["git", "diff", "HEAD", "--", "generator", "templates"],
+                              cwd=REPO, capture_output=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    return head + (" (+ uncommitted changes in generator/)" if dirty else "")
+    if not diff:
+        return head
+    return f"{head} (+ uncommitted changes in generator/ or templates/, " \
+           f"diff {hashlib.sha1(diff).hexdigest()[:8]})"
 
 
 class _Slot:
@@ -295,7 +303,8 @@ def run_campaign(seeds: list[tuple[str, str]], count: int, master_seed: int = 0,
                  findings_dir: Path | None = None, boards: tuple[str, ...] = (
                      "host", "qemu-mps2-an385"), memory_limit: int = GIB,
                  progress=None, start: int = 0, entry: str = "generator.cli:main",
-                 kill_grace: float = KILL_GRACE) -> Summary:
+                 kill_grace: float = KILL_GRACE,
+                 cli_generate_every: int = CLI_GENERATE_EVERY) -> Summary:
     """Fuzz archives number start .. start+count-1 and return the summary.
 
     `entry` is the function run on each archive (the tests replace it to check the
@@ -311,7 +320,8 @@ def run_campaign(seeds: list[tuple[str, str]], count: int, master_seed: int = 0,
     with tempfile.TemporaryDirectory(prefix="mtvg-fuzz-") as sandbox:
         config = WorkerConfig(seeds=seeds, sandbox=sandbox, master_seed=master_seed,
                               boards=list(boards), timeout=timeout, memory_limit=memory_limit,
-                              repo=str(REPO), entry=entry)
+                              repo=str(REPO), entry=entry,
+                              cli_generate_every=cli_generate_every)
         parent_seeds = None  # loaded only to rebuild an archive whose worker was killed
         pending = iter(range(start, start + count))
         done = 0
@@ -339,7 +349,8 @@ def run_campaign(seeds: list[tuple[str, str]], count: int, master_seed: int = 0,
                         summary.peak_reset_works &= bool(payload)
                         continue
                     if kind == "error":
-                        raise RuntimeError(f"a fuzz worker could not start:\n{payload}")
+                        raise RuntimeError(f"a fuzz worker failed (not the code under "
+                                           f"test):\n{payload}")
                     if kind == "result":
                         result: ArchiveResult = payload
                         slot.index = None
@@ -374,6 +385,9 @@ def run_campaign(seeds: list[tuple[str, str]], count: int, master_seed: int = 0,
             if not tracker_was_running:
                 _stop_tracker()
     summary.seconds = time.monotonic() - t0
+    end_commit = git_commit()
+    if end_commit != summary.commit:
+        summary.commit = f"{summary.commit} at the start, {end_commit} at the end"
     return summary
 
 
@@ -475,12 +489,13 @@ def replay(paths: list[Path], boards: list[str]) -> int:
     from tests.fuzz.archive_runner import Worker
 
     status = 0
+    paths = [p.resolve() for p in paths]  # the worker changes directory
     with tempfile.TemporaryDirectory(prefix="mtvg-replay-") as sandbox:
         worker = Worker(WorkerConfig(seeds=[], sandbox=sandbox, master_seed=0,
                                      boards=boards, repo=str(REPO)), 0)
         for path in paths:
             for board in boards:
-                for run in worker.run_file(path.resolve(), board):
+                for run in worker.run_file(path, board):
                     print(f"{path}: microtvm-gen {run.command}: {run.outcome} "
                           f"(exit {run.exit_code}, {run.seconds:.2f} s, "
                           f"{run.peak_rss >> 20} MiB)")
@@ -505,6 +520,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="peak RSS of one run above this is a finding (default 1024)")
     parser.add_argument("--boards", default="host,qemu-mps2-an385",
                         help="boards for generate, one per archive in turn")
+    parser.add_argument("--cli-generate-every", type=int, default=CLI_GENERATE_EVERY,
+                        metavar="N", help="also run generate through the CLI (a Project API "
+                        f"server process) for every Nth archive (default {CLI_GENERATE_EVERY}; "
+                        "0: never)")
     parser.add_argument("--findings", type=Path,
                         help="save a reproducer (+ .txt with the traceback) of every non-ok "
                              "class here, and REPORT.md")
@@ -532,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"{len(seeds)} seed archives: {', '.join(s[0] for s in seeds)}")
     summary = run_campaign(seeds, args.count, args.seed, args.jobs, args.timeout,
                            args.findings, tuple(boards), args.memory_limit_mb << 20, log,
-                           args.start)
+                           args.start, cli_generate_every=args.cli_generate_every)
     report = args.report or (args.findings / "REPORT.md" if args.findings else None)
     if report:
         write_report(summary, report, sys.argv[1:] if argv is None else argv)

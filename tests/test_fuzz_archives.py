@@ -84,6 +84,16 @@ def test_every_structure_mutation_changes_some_seed():
         assert changed, name
 
 
+def test_stacked_mutations_never_break_the_mutator():
+    seeds = _seeds(export=True)
+    kinds = set()
+    for index in range(300):
+        _seed, mutated = make_archive(seeds, 11, index)
+        assert mutated.data and mutated.kinds
+        kinds.update(mutated.kinds)
+    assert len(kinds) > len(mutator.KINDS) // 2
+
+
 def test_json_mutations_write_what_json_dumps_cannot():
     rng = random.Random(3)
     text = json.dumps({"a": 1, "b": [2.5, {"c": 3}]})
@@ -209,4 +219,5 @@ def test_replay_runs_the_cli_on_a_saved_archive(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "model.tar: microtvm-gen info --json: ok" in proc.stdout
     assert "model.tar: microtvm-gen generate host: ok" in proc.stdout
+    assert "model.tar: microtvm-gen cli generate host: ok" in proc.stdout
     assert "bad.tar: microtvm-gen info --json: refused" in proc.stdout

@@ -10,7 +10,8 @@ not in {0, 2}), hang (over the per-archive timeout), escape (a file written, cre
 renamed or removed outside the output directory, or a process started), memory (peak RSS
 over the limit, or MemoryError), bad-json (`info --json` printed NaN/Infinity or no JSON),
 unclean (exit 2 with other than one line on stderr), leftover (a refused `generate` left
-files in its output directory).
+files in its output directory). A `generate` that succeeded must have written a strict
+project.json.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 from tests.fuzz.archive_mutator import Mutated, Seed, load_seed, mutate
 
 GIB = 1 << 30
+DEFAULT_ENTRY = "generator.cli:main"
 WARM_UP_MAX_BYTES = 512 * 1024  # seeds larger than this are not run at worker start
 # Worst first: an archive's outcome is the worst of its runs.
 OUTCOMES = ("escape", "hang", "crash", "memory", "traceback", "bad-json", "leftover",
@@ -43,6 +45,7 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _PATH_EVENTS = {"os.mkdir", "os.rename", "os.remove", "os.rmdir", "os.symlink", "os.link",
                 "os.truncate", "os.chmod", "os.chown", "os.utime", "shutil.rmtree",
                 "shutil.move", "shutil.copyfile", "shutil.copytree", "os.chdir"}
+SERVER_PROGRAMS = ("launch_microtvm_api_server.sh", "microtvm_api_server.py")
 _SPAWN_EVENTS = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.fork",
                  "os.spawn", "os.forkpty"}
 
@@ -59,7 +62,9 @@ class WorkerConfig:
     repo: str = ""
     # "module:function" called with the argument list; the tests point it at functions that
     # misbehave on purpose to check the classification.
-    entry: str = "generator.cli:main"
+    entry: str = DEFAULT_ENTRY
+    # Every Nth archive also runs `generate` through the CLI (a Project API server process).
+    cli_generate_every: int = 0
 
 
 @dataclass
@@ -142,8 +147,10 @@ def peak_rss_bytes() -> int:
 class Guard:
     """The audit hook: write-like operations outside `allowed` while armed."""
 
-    def __init__(self, allowed: Path) -> None:
+    def __init__(self, allowed: Path, servers: Path | None = None) -> None:
         self.allowed = str(allowed.resolve())
+        # Project API servers of the templates may be started (the CLI's generate does).
+        self.servers = str(servers.resolve()) + os.sep if servers else None
         self.armed = False
         self.escapes: list[str] = []
         sys.addaudithook(self._hook)
@@ -173,10 +180,14 @@ class Guard:
                 if self._outside(t):
                     self.escapes.append(f"{event} {t!r}")
         elif event in _SPAWN_EVENTS:
-            self.escapes.append(f"{event} {args[:2]!r}")
+            argv = args[1] if event == "subprocess.Popen" and len(args) > 1 else None
+            program = os.fspath(argv[0]) if isinstance(argv, list | tuple) and argv else ""
+            if not (self.servers and os.path.abspath(program).startswith(self.servers)
+                    and program.endswith(SERVER_PROGRAMS)):
+                self.escapes.append(f"{event} {args[:2]!r}")
 
 
-def _snapshot(root: Path, skip: Path) -> dict[str, tuple[int, int]]:
+def _snapshot(root: Path, skip: Path | None) -> dict[str, tuple[int, int]]:
     out = {}
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
@@ -187,7 +198,10 @@ def _snapshot(root: Path, skip: Path) -> dict[str, tuple[int, int]]:
             p = here / name
             if p == skip:
                 continue
-            st = p.lstat()
+            try:
+                st = p.lstat()
+            except OSError:  # removed meanwhile
+                continue
             out[str(p)] = (st.st_size, st.st_mtime_ns)
     return out
 
@@ -217,6 +231,13 @@ def _strict_json(text: str) -> str | None:
     except (ValueError, RecursionError) as exc:
         return f"{type(exc).__name__}: {str(exc)[:200]}"
     return None
+
+
+def _read_or_empty(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 class Sandbox:
@@ -251,7 +272,7 @@ class Worker:
         os.chdir(self.sandbox.cwd)
         self.seeds = [load_seed(label, Path(path).read_bytes()) for label, path in config.seeds]
         module, _, function = config.entry.partition(":")
-        if config.entry == "generator.cli:main":
+        if config.entry == DEFAULT_ENTRY:
             from generator import cli
             # The parser is the same for every run; building it is a fifth of a refusal's
             # time. main() itself runs as it is.
@@ -260,7 +281,8 @@ class Worker:
             self._warm_up()
         else:
             self.main = getattr(importlib.import_module(module), function)
-        self.guard = Guard(self.sandbox.out)
+        self.guard = Guard(self.sandbox.out,
+                           Path(config.repo) / "templates" if config.repo else None)
         self.baseline_vm = _status_kb("VmSize") * 1024
         limit = self.baseline_vm + config.address_space
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -276,18 +298,40 @@ class Worker:
             if Path(path).stat().st_size > WARM_UP_MAX_BYTES:
                 continue
             for board in self.config.boards:
-                for argv in self._commands(Path(path), board):
+                for how, argv in self._commands(Path(path), board):
                     with contextlib.redirect_stdout(io.StringIO()), \
                             contextlib.redirect_stderr(io.StringIO()), \
                             contextlib.suppress(BaseException):
-                        self.main(argv)
+                        (self.main if how == "cli" else self._generate_in_process)(argv)
                     shutil.rmtree(self.sandbox.out / "proj", ignore_errors=True)
         self.sandbox.clear()
 
-    def _commands(self, archive: Path, board: str) -> list[list[str]]:
-        return [["info", "--json", str(archive)], ["info", str(archive)],
-                ["generate", str(archive), "--board", board, "-o",
-                 str(self.sandbox.out / "proj")]]
+    def _commands(self, archive: Path, board: str,
+                  cli_generate: bool = False) -> list[tuple[str, list[str]]]:
+        """(how, argv): "cli" runs generator.cli.main(argv); "server" runs generate through
+        the template's Project API handler in this process (the CLI runs that handler in a
+        server process, where a traceback would come back as a one-line error)."""
+        generate = ["generate", str(archive), "--board", board, "-o",
+                    str(self.sandbox.out / "proj")]
+        commands = [("cli", ["info", "--json", str(archive)]), ("cli", ["info", str(archive)]),
+                    ("server", generate)]
+        return commands + ([("cli", generate)] if cli_generate else [])
+
+    def _generate_in_process(self, argv: list[str]) -> int:
+        """`generate ARCHIVE --board B -o DIR` through the template server's method, with the
+        CLI's rule for the tool's own errors (one line, exit 2)."""
+        from generator.errors import MtgError
+        from generator.project_api.handler import ProjectServer
+        from generator.resources import templates_dir
+
+        server = ProjectServer(templates_dir() / "crt")
+        try:
+            server.generate_project(argv[1], None, argv[argv.index("-o") + 1],
+                                    {"board": argv[argv.index("--board") + 1]})
+        except MtgError as exc:
+            print(f"microtvm-gen generate: error: {exc.one_line()}", file=sys.stderr)
+            return exc.exit_code
+        return 0
 
     def run_index(self, index: int) -> ArchiveResult:
         seed, mutated = make_archive(self.seeds, self.config.master_seed, index)
@@ -296,7 +340,9 @@ class Worker:
         result = ArchiveResult(index, seed.label, mutated.kinds, mutated.suffix,
                                len(mutated.data), "ok", 0.0, 0, notes=list(mutated.notes))
         start = time.monotonic()
-        result.runs = self._run_all(archive, board_for(self.config.boards, index))
+        every = self.config.cli_generate_every
+        result.runs = self._run_all(archive, board_for(self.config.boards, index),
+                                    cli_generate=bool(every) and index % every == 0)
         result.seconds = time.monotonic() - start
         result.peak_rss = max((r.peak_rss for r in result.runs), default=0)
         result.outcome = worst([r.outcome for r in result.runs])
@@ -310,16 +356,16 @@ class Worker:
         """Run the commands on an archive file (a saved reproducer)."""
         archive = self.sandbox.inputs / path.name
         archive.write_bytes(path.read_bytes())
-        runs = self._run_all(archive, board)
+        runs = self._run_all(archive, board, cli_generate=True)
         self.sandbox.clear()
         return runs
 
-    def _run_all(self, archive: Path, board: str) -> list[Run]:
+    def _run_all(self, archive: Path, board: str, cli_generate: bool = False) -> list[Run]:
         runs: list[Run] = []
         signal.setitimer(signal.ITIMER_REAL, self.config.timeout)
         try:
-            for argv in self._commands(archive, board):
-                run = self._run(argv)
+            for how, argv in self._commands(archive, board, cli_generate):
+                run = self._run(argv, how)
                 runs.append(run)
                 if run.outcome == "hang":
                     break  # the archive's time is up
@@ -332,9 +378,15 @@ class Worker:
             signal.setitimer(signal.ITIMER_REAL, 0)
         return runs
 
-    def _run(self, argv: list[str]) -> Run:
+    def _run(self, argv: list[str], how: str = "cli") -> Run:
         sandbox = self.sandbox
-        before = _snapshot(sandbox.root, sandbox.out)
+        entry = self.main if how == "cli" or self.config.entry != DEFAULT_ENTRY \
+            else self._generate_in_process
+        watched = [(sandbox.root, sandbox.out)]
+        if how == "cli" and argv[0] == "generate":  # a server process does the work there
+            watched.append((Path(self.config.repo) / "templates" / "crt", None))
+        shutil.rmtree(sandbox.out / "proj", ignore_errors=True)  # each run starts afresh
+        before = [_snapshot(root, skip) for root, skip in watched]
         out, err = io.StringIO(), io.StringIO()
         exc_info: BaseException | None = None
         exit_code: int | None = None
@@ -345,7 +397,7 @@ class Worker:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 self.guard.armed = True
                 try:
-                    exit_code = self.main(argv)
+                    exit_code = entry(argv)
                 finally:
                     self.guard.armed = False
         except SystemExit as exc:
@@ -356,12 +408,18 @@ class Worker:
         peak = peak_rss_bytes()
         label = (f"generate {argv[argv.index('--board') + 1]}" if argv[0] == "generate"
                  else " ".join(a for a in argv[:2] if a.startswith(("info", "--json"))))
+        if how == "cli" and argv[0] == "generate":
+            label = "cli " + label
         run = Run(label, "ok", exit_code, seconds, peak)
         escapes = list(self.guard.escapes)
-        after = _snapshot(sandbox.root, sandbox.out)
-        if after != before:
-            changed = sorted(set(after.items()) ^ set(before.items()))
-            escapes.append(f"files outside the output directory changed: {changed[:5]}")
+        for i, ((root, skip), old) in enumerate(zip(watched, before, strict=True)):
+            new = _snapshot(root, skip)
+            # The sandbox must be exactly as it was; in the template folder (which others
+            # may edit meanwhile) only new files count.
+            changed = sorted(set(new.items()) ^ set(old.items())) if i == 0 else \
+                sorted(set(new) - set(old))
+            if changed:
+                escapes.append(f"files outside the output directory changed: {changed[:5]}")
         if escapes:
             run.outcome = "escape"
             run.signature = "escape: " + escapes[0][:120]
@@ -401,8 +459,9 @@ class Worker:
             else:
                 run.outcome = "refused"
                 run.detail = lines[0][:300]
-        elif argv[:2] == ["info", "--json"]:
-            why = _strict_json(out.getvalue())
+        elif argv[:2] == ["info", "--json"] or argv[0] == "generate":
+            why = _strict_json(out.getvalue() if argv[0] == "info" else
+                               _read_or_empty(sandbox.out / "proj" / "project.json"))
             if why:
                 run.outcome = "bad-json"
                 run.signature = f"bad-json: {why.split(':')[0]} {why.split(' ')[-1][:40]}"
@@ -425,7 +484,11 @@ def worker_main(conn, config: WorkerConfig, worker_id: int) -> None:
             return
         if index is None:
             return
-        result = worker.run_index(index)
+        try:
+            result = worker.run_index(index)
+        except BaseException:  # noqa: BLE001 - a bug of the fuzzer itself: stop the run
+            conn.send(("error", f"archive #{index}:\n{traceback.format_exc()}"))
+            return
         conn.send(("result", result))
         if result.restart:
             return
