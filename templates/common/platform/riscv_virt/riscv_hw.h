@@ -79,8 +79,8 @@ static inline uint32_t mtvg_semihost(uint32_t op, uintptr_t arg) {
   register uintptr_t a1 __asm__("a1") = arg;
   __asm__ volatile(
       ".option push\n\t"
+      ".balign 16\n\t" /* aligned while compressed nops may pad: relaxation can shift by 2 */
       ".option norvc\n\t"
-      ".balign 16\n\t"
       "slli zero, zero, 0x1f\n\t"
       "ebreak\n\t"
       "srai zero, zero, 7\n\t"
