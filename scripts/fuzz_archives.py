@@ -27,6 +27,7 @@ import json
 import multiprocessing
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -209,15 +210,22 @@ class Summary:
     run_outcomes: collections.Counter = field(default_factory=collections.Counter)
     kinds: dict[str, collections.Counter] = field(default_factory=dict)
     slowest: list[tuple[float, int, str, str]] = field(default_factory=list)
+    # Per command ("info --json", "generate host", ...): [runs, total seconds, slowest].
+    commands: dict[str, list] = field(default_factory=dict)
     peak_rss: int = 0
     peak_rss_index: int = -1
     peak_reset_works: bool = True
+    interrupted: bool = False
     findings: Findings = field(default_factory=lambda: Findings(None))
 
     def add(self, r: ArchiveResult) -> None:
         self.outcomes[r.outcome] += 1
         for run in r.runs:
             self.run_outcomes[run.outcome] += 1
+            stats = self.commands.setdefault(run.command, [0, 0.0, 0.0])
+            stats[0] += 1
+            stats[1] += run.seconds
+            stats[2] = max(stats[2], run.seconds)
         for k in set(r.kinds):
             self.kinds.setdefault(k, collections.Counter())[r.outcome] += 1
         self.slowest.append((r.seconds, r.index, "+".join(r.kinds), r.seed))
@@ -239,6 +247,8 @@ class Summary:
             "kinds": {k: dict(c) for k, c in sorted(self.kinds.items())},
             "slowest": [{"seconds": round(s, 3), "index": i, "mutations": k, "seed": sd}
                         for s, i, k, sd in self.slowest],
+            "commands": {c: {"runs": n, "seconds": round(t, 2), "slowest": round(m, 3)}
+                         for c, (n, t, m) in sorted(self.commands.items())},
             "peak_rss_bytes": self.peak_rss, "peak_rss_index": self.peak_rss_index,
             "peak_rss_per_run": self.peak_reset_works,
             "classes": [{"outcome": c.outcome, "signature": c.signature, "count": c.count,
@@ -304,11 +314,14 @@ def run_campaign(seeds: list[tuple[str, str]], count: int, master_seed: int = 0,
                      "host", "qemu-mps2-an385"), memory_limit: int = GIB,
                  progress=None, start: int = 0, entry: str = "generator.cli:main",
                  kill_grace: float = KILL_GRACE,
-                 cli_generate_every: int = CLI_GENERATE_EVERY) -> Summary:
+                 cli_generate_every: int = CLI_GENERATE_EVERY,
+                 checkpoint=None) -> Summary:
     """Fuzz archives number start .. start+count-1 and return the summary.
 
     `entry` is the function run on each archive (the tests replace it to check the
     classification); a worker still busy `kill_grace` seconds after its own alarm is killed.
+    `checkpoint(summary)` is called about once a minute. KeyboardInterrupt (Ctrl-C, or
+    SIGTERM in main) ends the run early with the archives done so far.
     """
     if not seeds:
         raise ValueError("no seed archives")
@@ -326,7 +339,7 @@ def run_campaign(seeds: list[tuple[str, str]], count: int, master_seed: int = 0,
         pending = iter(range(start, start + count))
         done = 0
         slots = [_Slot(ctx, config, w) for w in range(max(1, jobs))]
-        last_report = time.monotonic()
+        last_report = last_checkpoint = time.monotonic()
         try:
             while done < count:
                 for slot in slots:
@@ -379,11 +392,20 @@ def run_campaign(seeds: list[tuple[str, str]], count: int, master_seed: int = 0,
                 if progress and (now - last_report > 5 or done == count):
                     last_report = now
                     progress(_progress_line(summary, done, count, now - t0))
+                if checkpoint and now - last_checkpoint > 60:
+                    last_checkpoint = now
+                    summary.count, summary.seconds = done, now - t0
+                    checkpoint(summary)
+        except KeyboardInterrupt:
+            if progress:
+                progress(f"interrupted after {done} archives")
+            summary.interrupted = True
         finally:
             for slot in slots:
                 slot.stop()
             if not tracker_was_running:
                 _stop_tracker()
+    summary.count = done
     summary.seconds = time.monotonic() - t0
     end_commit = git_commit()
     if end_commit != summary.commit:
@@ -437,7 +459,8 @@ def _progress_line(s: Summary, done: int, count: int, seconds: float) -> str:
 # ---- output -------------------------------------------------------------------------------
 
 def table(summary: Summary) -> str:
-    lines = [f"{summary.count} archives, --seed {summary.master_seed}, {summary.jobs} workers, "
+    lines = [f"{summary.count} archives{' (interrupted)' if summary.interrupted else ''}, "
+             f"--seed {summary.master_seed}, {summary.jobs} workers, "
              f"{summary.seconds:.0f} s, commit {summary.commit}",
              f"seed archives: {', '.join(summary.seeds)}", "", "outcome     archives  runs"]
     for o in OUTCOMES:
@@ -446,6 +469,9 @@ def table(summary: Summary) -> str:
     lines += ["", f"{'mutation':24s}" + "".join(f"{o:>10s}" for o in shown)]
     for kind, counter in sorted(summary.kinds.items()):
         lines.append(f"{kind:24s}" + "".join(f"{counter[o]:10d}" for o in shown))
+    lines += ["", "command                  runs   mean s  slowest s"]
+    for command, (n, total, slowest) in sorted(summary.commands.items()):
+        lines.append(f"{command:24s} {n:5d} {total / n:8.3f} {slowest:10.2f}")
     lines += ["", "slowest archives:"]
     for sec, idx, kinds, seed in summary.slowest:
         lines.append(f"  {sec:7.2f} s  #{idx}  {kinds}  ({seed})")
@@ -547,14 +573,21 @@ def main(argv: list[str] | None = None) -> int:
     def log(message: str) -> None:
         print(f"fuzz_archives: {message}", file=sys.stderr, flush=True)
 
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     seeds = discover_seeds(not args.no_shared, not args.no_export, args.cache, log)
     log(f"{len(seeds)} seed archives: {', '.join(s[0] for s in seeds)}")
+    report = args.report or (args.findings / "REPORT.md" if args.findings else None)
+    argv_text = sys.argv[1:] if argv is None else argv
     summary = run_campaign(seeds, args.count, args.seed, args.jobs, args.timeout,
                            args.findings, tuple(boards), args.memory_limit_mb << 20, log,
-                           args.start, cli_generate_every=args.cli_generate_every)
-    report = args.report or (args.findings / "REPORT.md" if args.findings else None)
+                           args.start, cli_generate_every=args.cli_generate_every,
+                           checkpoint=(lambda s: write_report(s, report, argv_text))
+                           if report else None)
     if report:
-        write_report(summary, report, sys.argv[1:] if argv is None else argv)
+        write_report(summary, report, argv_text)
         log(f"report: {report}")
     if args.json:
         print(json.dumps(summary.to_json(), indent=2, sort_keys=True))

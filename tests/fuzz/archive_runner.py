@@ -471,6 +471,7 @@ class Worker:
 
 def worker_main(conn, config: WorkerConfig, worker_id: int) -> None:
     """Entry point of a worker process: answer archive indices until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the parent, which stops us
     try:
         worker = Worker(config, worker_id)
     except BaseException:  # noqa: BLE001 - report why the worker could not start
