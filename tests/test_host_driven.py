@@ -195,7 +195,8 @@ def test_serve_restarts_a_device_that_died(project):
     try:
         remote = tvm.rpc.connect("127.0.0.1", port)
         check_operators(remote, np.random.default_rng(5))
-        (firmware,) = _children(proc.pid)
+        # serve → the project's Project API server → the firmware process
+        (firmware,) = [pid for server in _children(proc.pid) for pid in _children(server)]
         os.kill(firmware, signal.SIGKILL)
         with pytest.raises(tvm.error.RPCError, match="closed its link|stopped accepting"):
             tvm.runtime.tensor(np.ones(4, np.float32), remote.cpu(0))

@@ -63,7 +63,8 @@ class Serve:
         return self.log.read_text(errors="replace")
 
     def device_pid(self) -> int:
-        (pid,) = children(self.proc.pid)
+        """serve → the project's Project API server → the device (firmware or QEMU)."""
+        (pid,) = [device for server in children(self.proc.pid) for device in children(server)]
         return pid
 
     def wait(self) -> int:

@@ -6,6 +6,7 @@ thread, and the device (QEMU or the firmware process) is stopped before `serve` 
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import signal
 import sys
@@ -15,8 +16,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from generator.boards import load_board
-from generator.device.runner import open_device
 from generator.errors import ProjectError
 from generator.link.session import Link, SessionTimeouts
 from generator.project.generate import HOST_DRIVEN, load_project
@@ -85,8 +84,11 @@ def host_driven_project(project_dir: Path) -> dict:
 
 def device_link(project_dir: Path, options: ServeOptions,
                 on_log: Callable[[str], None], on_event: Callable[[str], None],
-                progress: Callable[[str], None] | None = None) -> DeviceLink:
-    """How to reach the project's device: start its firmware, or open its serial port."""
+                progress: Callable[[str], None] | None = None,
+                resources: contextlib.ExitStack | None = None) -> DeviceLink:
+    """How to reach the project's device: open the serial port given, or ask the project's
+    Project API server to build the firmware and open its transport (the server, and with
+    it the device, ends when `resources` closes)."""
     project = host_driven_project(project_dir)
     max_payload = project["host_driven"]["link_max_payload"]
     if options.serial_port is not None:
@@ -95,13 +97,16 @@ def device_link(project_dir: Path, options: ServeOptions,
         def open_link() -> Link:
             return SerialLink(options.serial_port, options.baud)
     else:
-        from generator.build import build
+        from generator.project_api.client import ProjectClient
 
-        board = load_board(project["board"])
-        elf = build(project_dir, progress=progress).elf
+        stack = resources if resources is not None else contextlib.ExitStack()
+        server = stack.enter_context(ProjectClient(project_dir))
+        if progress:
+            progress("building through the project's Project API server")
+        server.build({"verbose": progress is not None})
 
         def open_link() -> Link:
-            return open_device(board, elf)
+            return server.transport()
     timeouts = SessionTimeouts(reply=options.reply_timeout)
     return DeviceLink(open_link, timeouts, max_payload, on_log=on_log, on_event=on_event)
 
@@ -121,8 +126,8 @@ def serve(project_dir: Path, options: ServeOptions,
         print(f"serve: {text}", file=sys.stderr, flush=True)
 
     on_event = on_event or event
-    with stop_on_signals():
-        link = device_link(project_dir, options, on_log or log, on_event, progress)
+    with stop_on_signals(), contextlib.ExitStack() as resources:
+        link = device_link(project_dir, options, on_log or log, on_event, progress, resources)
         registrar = None
         bridge = None
         try:
