@@ -24,6 +24,9 @@
 #define MTVG_CPU_HZ 64000000u
 #endif
 
+/* The nRF52840's CPU clock is fixed. */
+typedef char mtvg_cpu_hz_check[(MTVG_CPU_HZ == 64000000u) ? 1 : -1];
+
 /* Bytes copied to RAM per EasyDMA transmission (EasyDMA cannot read flash). */
 #define MTVG_TX_CHUNK 64u
 

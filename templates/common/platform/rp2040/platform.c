@@ -28,7 +28,10 @@
 #define MTVG_UART_BAUD 115200u
 #endif
 #define MTVG_TIMER_HZ 1000000u
-#define MTVG_XOSC_MHZ (MTVG_CPU_HZ / 1000000u)
+#define MTVG_XOSC_HZ 12000000u /* the Pico's crystal */
+#define MTVG_XOSC_MHZ (MTVG_XOSC_HZ / 1000000u)
+/* clk_sys runs from the crystal here; a faster clock needs the PLL set up in clock_init. */
+typedef char mtvg_cpu_hz_check[(MTVG_CPU_HZ == MTVG_XOSC_HZ) ? 1 : -1];
 
 #define REG_SET(addr) MTVG_REG32((addr) + 0x2000u)
 #define REG_CLR(addr) MTVG_REG32((addr) + 0x3000u)
@@ -50,7 +53,7 @@
 #define XOSC_CTRL_ENABLE (0xFABu << 12)
 #define XOSC_STATUS_STABLE (1u << 31)
 /* Start-up delay in units of 256 crystal cycles: about 1 ms. */
-#define XOSC_STARTUP_DELAY (((MTVG_CPU_HZ / 1000u) + 255u) / 256u)
+#define XOSC_STARTUP_DELAY (((MTVG_XOSC_HZ / 1000u) + 255u) / 256u)
 
 #define CLOCKS_BASE 0x40008000u
 #define CLK_REF_CTRL MTVG_REG32(CLOCKS_BASE + 0x30u)

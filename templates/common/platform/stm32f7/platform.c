@@ -24,7 +24,9 @@
 #define MTVG_UART_BAUD 115200u
 #endif
 /* USART3's kernel clock: PCLK1 (RCC_DCKCFGR2.USART3SEL = 00 after reset), APB1 prescaler 1. */
-#define MTVG_UART_CLOCK_HZ MTVG_CPU_HZ
+#define MTVG_UART_CLOCK_HZ 16000000u
+/* The port leaves the clock tree at its reset state; another CPU clock needs RCC set-up here. */
+typedef char mtvg_cpu_hz_check[(MTVG_CPU_HZ == MTVG_UART_CLOCK_HZ) ? 1 : -1];
 
 /* ---- RCC, GPIOD, USART3 -------------------------------------------------------------- */
 

@@ -27,6 +27,8 @@
 #define MTVG_UART_BAUD 115200u
 #endif
 #define MTVG_UART_CLOCK_HZ 16000000u /* LPUART1SEL = HSI16 */
+/* SYSCLK is HSI16 here; another CPU clock needs the PLL (and flash wait states) set up. */
+typedef char mtvg_cpu_hz_check[(MTVG_CPU_HZ == 16000000u) ? 1 : -1];
 
 /* ---- RCC, PWR, GPIOG, LPUART1 -------------------------------------------------------- */
 
