@@ -60,9 +60,13 @@ def elf_to_uf2(elf: Path, family_id: int, flash_origin: int, flash_bytes: int) -
         if seg.address < flash_origin or end > flash_origin + flash_bytes:
             raise ImageError(f"{elf}: {len(seg.data)} bytes at {seg.address:#x} lie outside "
                              f"the flash ({flash_origin:#x}, {flash_bytes} bytes)")
-        for addr in range(seg.address, end):
-            page = pages.setdefault(addr - addr % PAGE_BYTES, bytearray(PAGE_BYTES))
-            page[addr % PAGE_BYTES] = seg.data[addr - seg.address]
+        addr = seg.address
+        while addr < end:  # the part of the segment in each 256-byte page it touches
+            base, offset = addr - addr % PAGE_BYTES, addr % PAGE_BYTES
+            count = min(PAGE_BYTES - offset, end - addr)
+            page = pages.setdefault(base, bytearray(PAGE_BYTES))
+            page[offset:offset + count] = seg.data[addr - seg.address:addr - seg.address + count]
+            addr += count
     if not pages:
         raise ImageError(f"{elf}: nothing to flash (no loadable bytes)")
     blocks = []
