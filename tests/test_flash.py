@@ -219,6 +219,16 @@ def _check_uf2(blob: bytes, elf: Path) -> None:
     assert min(memory) == 0x10000000  # boot2 first
 
 
+def test_uf2_refuses_bytes_outside_the_flash(nucleo):
+    from generator.device.uf2 import ImageError, elf_to_uf2
+
+    elf = nucleo / "build" / "firmware.elf"
+    with pytest.raises(ImageError, match="outside the flash"):
+        elf_to_uf2(elf, RP2040_FAMILY, 0x10000000, 2 * 1024 * 1024)
+    blob = elf_to_uf2(elf, 0x53B80F00, 0x08000000, 1024 * 1024)  # STM32F7 family id
+    assert struct.unpack_from("<I", blob, 12)[0] == 0x08000000
+
+
 def test_uf2_copy_to_a_mounted_drive(pico, fake_tools, ports, tmp_path, capsys):
     drive = tmp_path / "RPI-RP2"
     drive.mkdir()
