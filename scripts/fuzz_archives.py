@@ -373,6 +373,7 @@ def run_campaign(seeds: list[tuple[str, str]], count: int, master_seed: int = 0,
                         if slot.index is None:
                             raise RuntimeError("a fuzz worker died while starting")
                         parent_seeds = parent_seeds or _load(seeds)
+                        slot.process.join(5)  # for its exit code
                         result = _lost(parent_seeds, master_seed, slot, "crash",
                                        f"worker died (exit code {slot.process.exitcode})",
                                        time.monotonic() - slot.started)
