@@ -43,6 +43,7 @@ def test_mutated_archives_end_ok_or_in_one_line(tmp_path):
     summary = fuzz_archives.run_campaign(seeds, FUZZ_COUNT, FUZZ_SEED, jobs=2,
                                          findings_dir=tmp_path / "findings")
     report = fuzz_archives.table(summary)
+    print(report)
     for outcome in FAILURES:
         assert summary.outcomes[outcome] == 0, f"{outcome}:\n{report}"
     assert summary.peak_rss < GIB, report
