@@ -487,8 +487,10 @@ def table(summary: Summary) -> str:
     return "\n".join(lines)
 
 
-def write_report(summary: Summary, path: Path, argv: list[str]) -> None:
-    """REPORT.md: the table, then each distinct crash class with its smallest reproducer."""
+def write_report(summary: Summary, path: Path, argv: list[str],
+                 notes: Path | None = None) -> None:
+    """REPORT.md: the table, then each distinct crash class with its smallest reproducer,
+    then the text of `notes` (read again at each write) if given."""
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"# Archive fuzzing report ({now})", "",
              f"Command: `python scripts/fuzz_archives.py {' '.join(argv)}`  ",
@@ -507,6 +509,8 @@ def write_report(summary: Summary, path: Path, argv: list[str]) -> None:
         for c in summary.sorted_classes():
             tail = "\n".join(c.detail.strip().splitlines()[-8:])
             lines += ["", f"### {c.outcome}: {c.signature}", "", "```", tail, "```"]
+    if notes is not None and notes.is_file():
+        lines += ["", "## Notes", "", notes.read_text(errors="replace").strip()]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", errors="replace")
 
@@ -556,6 +560,8 @@ def main(argv: list[str] | None = None) -> int:
                              "class here, and REPORT.md")
     parser.add_argument("--report", type=Path, help="write the markdown report here "
                         "(default: FINDINGS/REPORT.md)")
+    parser.add_argument("--notes", type=Path,
+                        help="a markdown file appended to the report (read at each rewrite)")
     parser.add_argument("--no-shared", action="store_true", help="skip ../shared fixtures")
     parser.add_argument("--no-export", action="store_true",
                         help="skip the archives microtvm-gen export writes")
@@ -585,10 +591,11 @@ def main(argv: list[str] | None = None) -> int:
     summary = run_campaign(seeds, args.count, args.seed, args.jobs, args.timeout,
                            args.findings, tuple(boards), args.memory_limit_mb << 20, log,
                            args.start, cli_generate_every=args.cli_generate_every,
-                           checkpoint=(lambda s: write_report(s, report, argv_text))
+                           checkpoint=(lambda s: write_report(s, report, argv_text,
+                                                              args.notes))
                            if report else None)
     if report:
-        write_report(summary, report, argv_text)
+        write_report(summary, report, argv_text, args.notes)
         log(f"report: {report}")
     if args.json:
         print(json.dumps(summary.to_json(), indent=2, sort_keys=True))
