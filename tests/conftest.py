@@ -83,10 +83,15 @@ def _processes() -> dict[int, tuple[int, str]]:
     return found
 
 
+# Helpers Python itself keeps until the interpreter exits (not started by a test).
+INTERPRETER_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
 def leaked_processes(root: int, basetemp: Path) -> dict[int, str]:
     """Descendants of `root`, and processes whose command line points into `basetemp`
     (QEMU, firmware, serve that outlived their parent)."""
-    table = _processes()
+    table = {pid: (ppid, cmd) for pid, (ppid, cmd) in _processes().items()
+             if not any(helper in cmd for helper in INTERPRETER_HELPERS)}
     marker = f"{basetemp}/"
     leaked = {pid: cmd for pid, (_, cmd) in table.items() if marker in cmd and pid != root}
     frontier = [root, *leaked]
