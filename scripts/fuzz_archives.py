@@ -5,10 +5,12 @@ Seeds are the fixture archives (tests/fixtures/mlf, examples/yes_no, ../shared/f
 when present) and archives `microtvm-gen export` writes (hello_world int8 and mnist-8, full
 model and operator style; exported once into a cache directory). Each archive number N of a
 run with --seed S is one mutation of one seed, derived from (S, N) alone, so a finding is
-reproduced by its number. Workers (--jobs) run `info --json`, `info` and `generate` in
-process through generator.cli.main in a sandbox (tests/fuzz/archive_runner.py) and classify
-every run; the parent kills and restarts a worker that hangs, saves a reproducer of every
-non-ok finding under --findings, and prints a table (--json: the summary as JSON).
+reproduced by its number. Workers (--jobs) run `info --json` and `info` through
+generator.cli.main, and `generate` through the template's Project API method, in process and
+in a sandbox (tests/fuzz/archive_runner.py; every 25th archive also runs the CLI's
+`generate` with its server process), and classify every run. The parent kills and restarts
+a worker that hangs, saves a reproducer of every non-ok finding under --findings, and prints
+a table (--json: the summary as JSON). docs/fuzzing-archives.md has the details.
 
     python scripts/fuzz_archives.py --count 10000 --seed 1 --findings /tmp/fuzz-findings
     python scripts/fuzz_archives.py --replay /tmp/fuzz-findings/traceback/.../0000123.tar
