@@ -91,6 +91,9 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
     """Conv2d on NHWC int8. Regular weights are OHWI [Cout, KH, KW, Cin]; depthwise weights
     are [KH, KW, Cout] (Cout = Cin · multiplier). `bias` already holds
     bias − input_zero · Σweights, so padding reads the input zero point."""
+    if any(pads):
+        return _conv2d_clipped(x_shape, weights, bias, out_shape, strides, pads, dilation,
+                               input_zero, requant, depthwise)
     n_, h_, w_, cin = x_shape
     _, oh_, ow_, cout = out_shape
     x = te.placeholder(x_shape, "int8", "x")
@@ -134,6 +137,99 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
     out = te.compute(out_shape, lambda n, i, j, c: rq(acc[n, i, j, c] + b[c], c), name="out")
     return Kernel(_func([x, w, b, *rq.placeholders, out]),
                   [weights.astype(np.int8), bias.astype(np.int32), *requant.constants()])
+
+
+def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
+                    out_shape: tuple[int, ...], strides: tuple[int, int],
+                    pads: tuple[int, int, int, int], dilation: tuple[int, int],
+                    input_zero: int, requant: Requant, depthwise: bool) -> Kernel:
+    """A padded conv2d as TIR statements, TFLite's way: for each output position the tap
+    loops run only over the in-bounds taps (their ranges computed once per position), so
+    the inner loop has no bounds check. Skipped taps would have read the input zero point,
+    so the accumulator is TFLite's Σ (x − zp)·w plus the file's own bias."""
+    t = tirx
+    i32 = "int32"
+    n_, h_, w_, cin = x_shape
+    _, oh_, ow_, cout = out_shape
+    if depthwise:
+        kh_, kw_, _ = weights.shape
+        sums = weights.astype(np.int64).sum(axis=(0, 1))
+    else:
+        _, kh_, kw_, _ = weights.shape
+        sums = weights.astype(np.int64).reshape(cout, -1).sum(axis=1)
+    plain_bias = bias.astype(np.int64) + int(input_zero) * sums
+    mult = cout // cin
+    sh, sw = strides
+    dh, dw = dilation
+    top, left = pads[0], pads[1]
+    x = te.placeholder(x_shape, "int8", "x")
+    w = te.placeholder(weights.shape, "int8", "w")
+    b = te.placeholder((cout,), "int32", "bias")
+    rq = _Requantizer(requant, cout)
+
+    def loop(var, start, extent, body):
+        return t.For(var, start, extent, t.ForKind.SERIAL, body)
+
+    def tap_range(origin, dil, size, taps):
+        """[lo, hi): the taps k with 0 <= origin + k·dil < size."""
+        lo = t.max(t.floordiv(-origin + (dil - 1), dil), 0) if dil > 1 else t.max(-origin, 0)
+        hi = t.min(t.floordiv(size - origin + (dil - 1), dil), taps) if dil > 1 \
+            else t.min(size - origin, taps)
+        return lo, hi
+
+    def body(ins, outs):
+        xb, wb, bb, *qb = ins
+        ob = outs[0]
+        n, i, j, c = (t.Var(v, i32) for v in ("n", "i", "j", "c"))
+        rh, rw, rc = (t.Var(v, i32) for v in ("rh", "rw", "rc"))
+        h0, w0 = t.Var("h0", i32), t.Var("w0", i32)
+        h_lo, h_hi, w_lo, w_hi = (t.Var(v, i32) for v in ("h_lo", "h_hi", "w_lo", "w_hi"))
+        acc = t.decl_buffer((1,), i32, "acc")
+        zero = t.const(0, i32)
+
+        def x_tap(ch):
+            value = t.Cast(i32, t.BufferLoad(xb, [n, h0 + rh * dh, w0 + rw * dw, ch]))
+            return value - input_zero if input_zero else value
+
+        if depthwise:
+            ch = c if mult == 1 else t.floordiv(c, mult)
+            mac = t.BufferStore(acc, t.BufferLoad(acc, [zero]) + x_tap(ch) * t.Cast(
+                i32, t.BufferLoad(wb, [rh, rw, c])), [zero])
+            taps = loop(rh, h_lo, h_hi - h_lo, loop(rw, w_lo, w_hi - w_lo, mac))
+        else:
+            mac = t.BufferStore(acc, t.BufferLoad(acc, [zero]) + x_tap(rc) * t.Cast(
+                i32, t.BufferLoad(wb, [c, rh, rw, rc])), [zero])
+            taps = loop(rh, h_lo, h_hi - h_lo, loop(rw, w_lo, w_hi - w_lo,
+                                                     loop(rc, zero, t.const(cin, i32), mac)))
+        if requant.per_channel:
+            scale = (t.BufferLoad(qb[0], [c]), t.Cast(i32, t.BufferLoad(qb[1], [c])))
+        else:
+            scale = (int(requant.multiplier), int(requant.shift))
+        scaled = multiply_by_quantized_multiplier(rq.ar, t.BufferLoad(acc, [zero]), *scale)
+        result = _clamp_int8(scaled + requant.zero_point, requant.act_min, requant.act_max)
+        per_channel = t.SeqStmt([
+            t.BufferStore(acc, t.BufferLoad(bb, [c]), [zero]),
+            taps,
+            t.BufferStore(ob, result, [n, i, j, c]),
+        ])
+        hl, hh = tap_range(h0, dh, h_, kh_)
+        wl, wh = tap_range(w0, dw, w_, kw_)
+        position = t.SeqStmt([
+            t.LetStmt(h0, i * sh - top), t.LetStmt(w0, j * sw - left),
+            t.LetStmt(h_lo, hl), t.LetStmt(h_hi, t.max(hh, hl)),
+            t.LetStmt(w_lo, wl), t.LetStmt(w_hi, t.max(wh, wl)),
+            loop(c, zero, t.const(cout, i32), per_channel)])
+        nest = loop(n, zero, t.const(n_, i32), loop(i, zero, t.const(oh_, i32), loop(
+            j, zero, t.const(ow_, i32), position)))
+        return t.SeqStmt([t.AllocBuffer(acc), nest])
+
+    ins = [x, w, b, *rq.placeholders]
+    in_bufs = [t.decl_buffer(v.shape, v.dtype, f"{v.op.name}_buf") for v in ins]
+    out_buf = t.decl_buffer(out_shape, "int8", "out_buf")
+    out = te.extern(out_shape, ins, body, name="conv", dtype="int8", in_buffers=in_bufs,
+                    out_buffers=[out_buf])
+    return Kernel(_func([*ins, out]),
+                  [weights.astype(np.int8), plain_bias.astype(np.int32), *requant.constants()])
 
 
 def dense(batch: int, weights: np.ndarray, bias: np.ndarray, requant: Requant) -> Kernel:
