@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ import pytest
 
 from generator.boards import load_board
 from generator.device.runner import open_device
+from generator.errors import DeviceError
 from generator.link.session import Session, SessionTimeouts
 from generator.project.generate import HOST_DRIVEN_MAX_PAYLOAD
 from generator.rpc.packets import PacketClient
@@ -288,3 +290,41 @@ def test_upload_after_a_download_is_not_slower(project):
     assert second_retx == 0, f"{second_retx} retransmissions after the download"
     if board.runner == "qemu":  # the link's time dominates; on a pipe it is noise
         assert second <= 1.25 * first, (first, second)
+
+
+def test_oversized_packet_is_dropped_and_the_stream_stays_in_sync(serve, project):
+    """A 2 MiB packet is read and dropped (not held), answered with an exception, and the
+    next request works; handles come back tagged with the bridge's epoch."""
+    from generator.rpc import packets
+    from generator.rpc.handles import EPOCH_SHIFT
+
+    if "qemu" in str(project):
+        pytest.skip("the bridge's packet handling does not depend on the board")
+    s = serve("--sessions", "1")
+    with socket.create_connection(("127.0.0.1", s.port), timeout=30) as conn:
+        key = b"client:raw"
+        conn.sendall(struct.pack("<ii", 0x000FF271, len(key)) + key)
+        magic, keylen = struct.unpack("<ii", _read(conn, 8))
+        assert magic == 0x000FF271 and _read(conn, keylen) == b"server:micro"
+
+        def ask(packet: bytes) -> bytes:
+            conn.sendall(packet)
+            (n,) = struct.unpack("<Q", _read(conn, 8))
+            return struct.pack("<Q", n) + _read(conn, n)
+
+        huge = packets.packet(packets.CALL_FUNC, bytes(2 << 20))
+        with pytest.raises(DeviceError, match="does not fit the device link"):
+            packets.decode_return(ask(huge))
+        (lib,) = packets.decode_return(ask(packets.Requests.get_global("ffi.SystemLib")))
+        assert lib.value >> EPOCH_SHIFT != 0 and lib.value & 0xFFFFFFFF == 0x10001
+        conn.sendall(packets.Requests.shutdown())
+    assert s.wait() == 0
+
+
+def _read(conn: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        assert chunk, "serve closed the connection"
+        data += chunk
+    return data

@@ -34,6 +34,8 @@ RPC_KEY_MISMATCH = 0x000FF273
 CLIENT_PREFIX = "client:"
 MAX_KEY_BYTES = 4096
 MAX_CLIENT_PACKET = 1 << 28  # a larger length field means the stream is not TVM RPC
+# Larger packets are read and dropped, not held (no device link carries them anyway).
+MAX_HELD_PACKET = 1 << 20
 HANDSHAKE_TIMEOUT = 10.0  # seconds a new connection has to complete the handshake
 IDLE_TIMEOUT = 60.0  # default: seconds a served client may stay silent
 MAX_PENDING = 16  # connections in their handshake at the same time; more are closed
@@ -110,11 +112,21 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return bytes(data)
 
 
-def _recv_packet(conn: socket.socket) -> bytes | None:
-    """One client packet with its length prefix; None for a length that is not TVM RPC."""
+class NotRpc(Exception):
+    """The client sent a packet length that is not TVM RPC (internal to the bridge)."""
+
+
+def _recv_packet(conn: socket.socket) -> bytes | int:
+    """One client packet with its length prefix, or the length of one too large to hold
+    (its bytes are read and dropped, so the stream stays in sync)."""
     (nbytes,) = struct.unpack("<Q", _recv_exact(conn, 8))
     if nbytes > MAX_CLIENT_PACKET:
-        return None
+        raise NotRpc()
+    if nbytes > MAX_HELD_PACKET:
+        left = nbytes
+        while left:
+            left -= len(_recv_exact(conn, min(left, 1 << 16)))
+        return nbytes + 8
     return struct.pack("<Q", nbytes) + _recv_exact(conn, nbytes)
 
 
@@ -248,7 +260,7 @@ class Bridge:
                     handed_over = True
                     return
             self._refuse_busy(conn, peer, holder)
-        except (ClientGone, OSError):
+        except (ClientGone, NotRpc, OSError):
             self._event(f"connection from {peer} closed before completing the TVM RPC "
                         "handshake; not a session")
         finally:
@@ -262,7 +274,8 @@ class Bridge:
         The handshake's own refusals only offer "key does not match" texts; an exception
         reply reaches the stock client as the RPCError it raises from rpc.connect."""
         packet = _recv_packet(conn)
-        if packet is not None and packets.packet_code(packet) != packets.SHUTDOWN:
+        if isinstance(packet, int) or (len(packet) < packets.PREFIX.size + 4
+                                       or packets.packet_code(packet) != packets.SHUTDOWN):
             why = (f"serving another client ({holder})" if holder is not None
                    else "no longer accepting clients")
             conn.sendall(packets.exception_packet(
@@ -303,10 +316,13 @@ class Bridge:
                             f"(--idle-timeout {self.idle_timeout:g}); ending its session")
                 self._reset_device_state()
                 return
-            if packet is None:
+            except NotRpc:
                 self._event(f"client {peer} sent a packet length that is not TVM RPC; closing")
                 self._reset_device_state()
                 return
+            if isinstance(packet, int):
+                conn.sendall(self._too_large(packet))
+                continue
             if len(packet) == packets.PREFIX.size:
                 continue
             code = packets.packet_code(packet) if len(packet) >= packets.PREFIX.size + 4 else -1
@@ -324,9 +340,7 @@ class Bridge:
             self._generation = self.device.generation
             self.epochs.advance()
         if len(packet) > max_packet:
-            return packets.exception_packet(
-                f"packet of {len(packet)} bytes does not fit the device link ({max_packet} "
-                "bytes at most); tensor copies are split to fit, calls must be smaller")
+            return self._too_large(len(packet), max_packet)
         if len(packet) >= packets.PREFIX.size + 4 and \
                 packets.packet_code(packet) == packets.INIT_SERVER:
             self.epochs.advance()  # the device drops every object
@@ -337,6 +351,14 @@ class Bridge:
             return self.epochs.to_client(self.device.request(request))
         except DeviceError as exc:
             return packets.exception_packet(exc.one_line())
+
+    def _too_large(self, nbytes: int, max_packet: int | None = None) -> bytes:
+        if max_packet is None:
+            session = self.device.session
+            max_packet = session.max_packet if session is not None else MAX_HELD_PACKET
+        return packets.exception_packet(
+            f"packet of {nbytes} bytes does not fit the device link ({max_packet} bytes at "
+            "most); tensor copies are split to fit, calls must be smaller")
 
     def _reset_device_state(self, shutdown: bytes | None = None) -> None:
         self.epochs.advance()
