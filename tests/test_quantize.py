@@ -22,6 +22,7 @@ from generator.export.fixedpoint import (
     quantize_multiplier,
     softmax_params,
 )
+from generator.export.planner import Interval, lower_bound, plan
 from tests.c_runner import CModel
 from tests.tflite_models import (
     QTensor,
@@ -78,6 +79,7 @@ def check_bit_exact(buf: bytes, inputs: list[QTensor], tmp_path: Path, kinds: se
     ((2, 2), "VALID", "RELU", (1, 1), True),
     ((1, 2), "SAME", "RELU6", (2, 1), True),
     ((1, 1), "SAME", "NONE", (1, 1), False),
+    ((2, 1), "SAME", "RELU", (3, 2), True),  # border outputs whose taps miss the input
 ])
 def test_conv2d(stride, padding, activation, dilation, per_channel, tmp_path):
     rng = np.random.default_rng(1)
@@ -94,6 +96,7 @@ def test_conv2d(stride, padding, activation, dilation, per_channel, tmp_path):
 @pytest.mark.parametrize("multiplier,stride,padding,activation", [
     (1, (1, 1), "SAME", "NONE"),
     (2, (2, 2), "VALID", "RELU"),
+    (2, (2, 2), "SAME", "RELU6"),
 ])
 def test_depthwise_conv2d(multiplier, stride, padding, activation, tmp_path):
     rng = np.random.default_rng(2)
@@ -215,6 +218,34 @@ def test_softmax_params():
     assert (1 << 30) <= multiplier < (1 << 31) and shift >= 0 and diff_min < 0
     with pytest.raises(ValueError):
         softmax_params(1e-12)
+
+
+# ---- the memory planner -------------------------------------------------------------------
+
+def test_planner_reaches_the_bound_a_largest_first_order_misses():
+    """Largest first puts both 192 B tensors at 0, so the 64 B tensor sits above them and
+    the 16 B one, live with the first 192 B tensor and the 64 B one, lands at 256: 272 B.
+    The plan moves the first 192 B tensor up instead and reaches the 256 B bound."""
+    items = [Interval(0, 192, 0, 0), Interval(1, 16, 0, 1), Interval(2, 64, 1, 3),
+             Interval(3, 192, 3, 5)]
+    p = plan(items)
+    assert p.lower_bound == 256
+    assert p.pool_bytes == 256
+    for a in p.placements:
+        for b in p.placements:
+            if a.tensor < b.tensor and a.first <= b.last and b.first <= a.last:
+                assert a.offset + a.size <= b.offset or b.offset + b.size <= a.offset
+
+
+def test_planner_small_random_cases_reach_the_bound():
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        items = []
+        for t in range(int(rng.integers(1, 5))):
+            first = int(rng.integers(0, 4))
+            items.append(Interval(t, int(rng.choice([16, 32, 48, 96, 192])), first,
+                                  first + int(rng.integers(0, 3))))
+        assert plan(items).pool_bytes == lower_bound(items), items
 
 
 # ---- the float fallback -------------------------------------------------------------------

@@ -4,13 +4,16 @@ Tensors live from the call that writes them to the last call that reads them. Tw
 may share bytes only if their lifetimes do not meet (a kernel's inputs and outputs are live
 together, so a kernel never writes over what it reads). Placement is greedy by size: the
 largest tensor first, each at the lowest offset that does not collide with an already
-placed tensor of overlapping lifetime. The plan's peak is compared with the lower bound:
-the largest total size of tensors live at one step, which no plan can beat.
+placed tensor of overlapping lifetime. When that misses the lower bound, other orders are
+tried (every order, for a handful of tensors) and the smallest plan kept. The plan's peak
+is compared with the lower bound: the largest total size of tensors live at one step,
+which no plan can beat.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import permutations
 
 ALIGN = 16  # every tensor starts on a 16-byte boundary (vector loads, DMA engines)
 
@@ -67,9 +70,12 @@ def lower_bound(intervals: list[Interval]) -> int:
                for s in steps)
 
 
-def plan(intervals: list[Interval]) -> Plan:
-    """Offsets for every interval; deterministic for the same input."""
-    order = sorted(intervals, key=lambda i: (-align_up(i.size), i.first, i.tensor))
+EXHAUSTIVE_MAX = 7  # up to this many tensors, every placement order is tried if needed
+
+
+def _first_fit(order: list[Interval]) -> list[Placement]:
+    """Each tensor in `order` at the lowest offset free of already placed tensors whose
+    lifetimes meet its own."""
     placed: list[Placement] = []
     for item in order:
         size = align_up(item.size)
@@ -81,6 +87,35 @@ def plan(intervals: list[Interval]) -> Plan:
                 break
             offset = max(offset, end)
         placed.append(Placement(item.tensor, offset, item.size, item.first, item.last))
-    placed.sort(key=lambda p: p.tensor)
-    pool = max((p.offset + align_up(p.size) for p in placed), default=0)
-    return Plan(placed, pool, lower_bound(intervals))
+    return placed
+
+
+def _peak(placed: list[Placement]) -> int:
+    return max((p.offset + align_up(p.size) for p in placed), default=0)
+
+
+def _orders(intervals: list[Interval]):
+    """Placement orders to try: the largest first (the usual best), then other greedy
+    orders, then (for a handful of tensors) every permutation."""
+    yield sorted(intervals, key=lambda i: (-align_up(i.size), i.first, i.tensor))
+    yield sorted(intervals, key=lambda i: (-align_up(i.size) * (i.last - i.first + 1),
+                                           i.first, i.tensor))
+    yield sorted(intervals, key=lambda i: (i.first, -align_up(i.size), i.tensor))
+    yield sorted(intervals, key=lambda i: (-i.last, -align_up(i.size), i.tensor))
+    if len(intervals) <= EXHAUSTIVE_MAX:
+        yield from (list(p) for p in permutations(sorted(intervals, key=lambda i: i.tensor)))
+
+
+def plan(intervals: list[Interval]) -> Plan:
+    """Offsets for every interval; deterministic for the same input. The first order whose
+    first-fit plan reaches the lower bound wins; otherwise the smallest plan found."""
+    bound = lower_bound(intervals)
+    best: list[Placement] | None = None
+    for order in _orders(intervals):
+        placed = _first_fit(order)
+        if best is None or _peak(placed) < _peak(best):
+            best = placed
+        if _peak(best) <= bound:
+            break
+    placed = sorted(best or [], key=lambda p: p.tensor)
+    return Plan(placed, _peak(placed), bound)
