@@ -208,10 +208,11 @@ def build(project_dir: Path, sanitize: bool | None = None, progress=None) -> Bui
     """Configure (once) and build; `sanitize=None` keeps the setting of the last build."""
     project_dir = project_dir.resolve()
     project = load_project(project_dir)
+    if "zephyr" in project:
+        return _build_zephyr(project_dir, project, sanitize, progress)
     board = load_board(project["board"])
     require_compiler(board)
     build_dir = project_dir / BUILD_DIR
-    info_path = build_dir / BUILD_INFO
     previous = recorded_sanitize(project_dir)
     if sanitize is None:
         sanitize = bool(previous)
@@ -245,7 +246,13 @@ def build(project_dir: Path, sanitize: bool | None = None, progress=None) -> Bui
         if used is None:
             raise
         raise ToolchainError(f"{exc}; {used}") from None
-    elf = build_dir / FIRMWARE
+    return _result(project_dir, project, board, build_dir / FIRMWARE, sanitize)
+
+
+def _result(project_dir: Path, project: dict, board: Board, elf: Path,
+            sanitize: bool) -> BuildResult:
+    """Sizes and buffers of a built ELF, recorded in build/build.json."""
+    info_path = project_dir / BUILD_DIR / BUILD_INFO
     size = elf_size(elf, board_ram(board))
     module = project["module"]
     symbols = symbol_sizes(elf, {ARENA_SYMBOL, STORAGE_SYMBOL})
@@ -254,3 +261,21 @@ def build(project_dir: Path, sanitize: bool | None = None, progress=None) -> Bui
                          module.get("storage_bytes", 0), symbols.get(STORAGE_SYMBOL, 0))
     info_path.write_text(json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n")
     return result
+
+
+def _build_zephyr(project_dir: Path, project: dict, sanitize: bool | None,
+                  progress) -> BuildResult:
+    """A project from templates/zephyr: `west build`, or CMake + Ninja with ZEPHYR_BASE."""
+    from generator.project.zephyr import build_zephyr, project_board
+
+    if sanitize:
+        raise ToolchainError("--sanitize needs a host build; Zephyr projects are firmware")
+    board = project_board(project)
+    build_dir = project_dir / BUILD_DIR
+    if configured_elsewhere(project_dir):
+        shutil.rmtree(build_dir)
+    build_dir.mkdir(exist_ok=True)
+    log = build_dir / "build.log"
+    log.write_text("")
+    elf = build_zephyr(project_dir, project, build_dir, log, progress=progress)
+    return _result(project_dir, project, board, elf, False)

@@ -32,6 +32,12 @@ from generator.project.extra_files import read_extra_files
 from generator.project.fit import check_fits
 from generator.project.libraries import Libraries, needed_libraries
 from generator.project.tvm_headers import TvmHeaders, include_roots, tvm_headers
+from generator.project.zephyr import (
+    ZephyrBoard,
+    effective_board,
+    is_zephyr_template,
+    zephyr_board,
+)
 from generator.resources import templates_dir
 
 PROJECT_FILE = "project.json"
@@ -169,11 +175,19 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
              cmsis_nn: Path | None = None,
              extra_definitions: dict[str, str] | None = None,
              werror: bool = True,
-             extra_files_tar: Path | None = None) -> GeneratedProject:
-    """Render a project. The Project API's options arrive as the last three arguments:
-    `extra_definitions` (checked NAME → VALUE), `werror` for our code, and a tar of extra
-    files (plain names, never replacing a generated file)."""
-    board = load_board(board_name)
+             extra_files_tar: Path | None = None,
+             template: Path | None = None) -> GeneratedProject:
+    """Render a project. The Project API's options arrive as `extra_definitions` (checked
+    NAME → VALUE), `werror` for our code, and a tar of extra files (plain names, never
+    replacing a generated file). `template`: a template directory with its own templates
+    (a Zephyr template names Zephyr boards: generator/project/zephyr.py)."""
+    zephyr = None
+    if is_zephyr_template(template):
+        assert template is not None
+        zephyr = zephyr_board(template, board_name)
+        board = effective_board(zephyr)
+    else:
+        board = load_board(board_name)
     archive, files = load_mlf(archive_path)
     try:
         module = archive.module(module_name)
@@ -188,8 +202,8 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
 
     extra = read_extra_files(extra_files_tar) if extra_files_tar else {}
     rendered = _render_files(archive, files, module, board, archive_path, kind, libraries,
-                             extra_definitions or {}, werror)
-    rendered.update(_project_api_files(archive_path))
+                             extra_definitions or {}, werror, template, zephyr)
+    rendered.update(_project_api_files(archive_path, template))
     clash = sorted(set(extra) & set(rendered))
     if clash:
         raise ProjectError(f"{extra_files_tar}: '{clash[0]}' would replace a generated file")
@@ -199,10 +213,11 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
                             sorted(rendered), kind)
 
 
-def _project_api_files(archive_path: Path) -> dict[str, bytes]:
+def _project_api_files(archive_path: Path, template: Path | None = None) -> dict[str, bytes]:
     """Every project carries the Project API server (and the archive it came from)."""
     crt = templates_dir() / "crt"
-    files = {name: (crt / name).read_bytes() for name in PROJECT_API_FILES}
+    files = {name: ((template if template and (template / name).is_file() else crt) / name)
+             .read_bytes() for name in PROJECT_API_FILES}
     if archive_path.is_file():
         files[MODEL_COPY] = archive_path.read_bytes()
     return files
@@ -239,7 +254,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
                   archive_path: Path, project_type: str,
                   libraries: Libraries | None = None,
                   extra_definitions: dict[str, str] | None = None,
-                  werror: bool = True) -> dict[str, bytes]:
+                  werror: bool = True, template: Path | None = None,
+                  zephyr: ZephyrBoard | None = None) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     common = templates_dir() / "common"
     crt = templates_dir() / "crt"
@@ -274,7 +290,9 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     arena = arena_bytes_for(module)
     external_pools = [ExternalPool(p.name, c_identifier(p.name), p.size_bytes)
                       for p in module.pools if not p.internal]
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(crt)),
+    # A template's own files first (its CMakeLists.txt.j2...), the CRT template's otherwise.
+    search = [str(template), str(crt)] if zephyr is not None and template else [str(crt)]
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(search),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              autoescape=False)
     env.filters["c_string"] = c_string_literal
@@ -323,13 +341,16 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         "model_objects": sorted(n for n in out if n.startswith("model/lib/")),
         "tvm_include_dirs": headers.include_dirs,
         "tvm_code_cflags": TVM_CODE_CFLAGS,
+        "zephyr": zephyr,
     }
     context.update(graph_context)
     if not host_driven:
         glue = "graph_glue.c.j2" if module.executor == "graph" else "model_glue.c.j2"
         out["app/model_glue.c"] = env.get_template(glue).render(context).encode()
     out["CMakeLists.txt"] = env.get_template("CMakeLists.txt.j2").render(context).encode()
-    if not board.is_native:
+    if zephyr is not None:
+        out["prj.conf"] = env.get_template("prj.conf.j2").render(context).encode()
+    elif not board.is_native:
         toolchain = env.get_template("toolchain.cmake.j2").render(context)
         out["cmake/toolchain.cmake"] = toolchain.encode()
     out["README.md"] = env.get_template("README.md.j2").render(
@@ -362,6 +383,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
                                   "functions": list(module.registry or [])}
     if module.abi is not None:
         project["tvm_headers"] = headers.record()
+    if zephyr is not None:
+        project["zephyr"] = {"board": zephyr.to_json(), "platform_name": "zephyr"}
     out[PROJECT_FILE] = (json.dumps(project, indent=2, sort_keys=True) + "\n").encode()
     return out
 

@@ -90,14 +90,39 @@ class ProjectServer:
     # ---- Methods -------------------------------------------------------------------------
 
     def server_info_query(self, tvm_version: object) -> dict:
-        from generator.boards import list_boards
-
         model = self.dir / MODEL_COPY
-        return {"platform_name": PLATFORM_NAME, "is_template": self.is_template,
+        return {"platform_name": self._platform_name(), "is_template": self.is_template,
                 "model_library_format_path": "" if self.is_template or not model.is_file()
                 else str(model),
-                "project_options": [o.to_json() for o in project_options(list_boards())],
+                "project_options": [o.to_json() for o in self._offered()],
                 "protocol_version": PROTOCOL_VERSION}
+
+    def _platform_name(self) -> str:
+        """'crt', or what the template's template.json (or the project's record) names."""
+        from generator.project.zephyr import template_info
+
+        if self.is_template:
+            return str(template_info(self.dir).get("platform_name", PLATFORM_NAME))
+        from generator.project.generate import load_project
+
+        return str(load_project(self.dir).get("zephyr", {}).get("platform_name", PLATFORM_NAME))
+
+    def _offered(self) -> list[ProjectOption]:
+        """A Zephyr template names Zephyr boards (its boards.json), also as 'zephyr_board'."""
+        from generator.boards import list_boards
+        from generator.project.zephyr import is_zephyr_template, load_board_table
+
+        if not (self.is_template and is_zephyr_template(self.dir)):
+            return project_options(list_boards())
+        names = list(load_board_table(self.dir))
+        options = project_options(names)
+        options[0] = ProjectOption("board", "str", "the Zephyr board (this template's "
+                                   "boards.json); 'zephyr_board' names it too",
+                                   optional=GEN, choices=tuple(names))
+        options.insert(1, ProjectOption("zephyr_board", "str", "the Zephyr board, e.g. "
+                                        "mps2/an385 (hardware model v2 names)", optional=GEN,
+                                        choices=tuple(names)))
+        return options
 
     def generate_project(self, model_library_format_path: object, standalone_crt_dir: object,
                          project_dir: object, options: object) -> None:
@@ -110,10 +135,14 @@ class ProjectServer:
         archive = Path(_text(model_library_format_path, "model_library_format_path"))
         dest = Path(_text(project_dir, "project_dir"))
         board = opts.get("board")
+        named = opts.get("zephyr_board")
+        if named is not None and board is not None and named != board:
+            raise ProjectError(f"options 'board' ({board}) and 'zephyr_board' ({named}) differ")
+        board = named if named is not None else board
         if not isinstance(board, str):
             raise ProjectError("generate_project needs the option 'board'")
         cmsis = opts.get("cmsis_path")
-        generate(archive, board, dest, force=bool(opts.get("force")),
+        generate(archive, board, dest, force=bool(opts.get("force")), template=self.dir,
                  module_name=opts.get("module"), project_type=opts.get("project_type"),
                  cmsis_nn=Path(cmsis) if cmsis else None,
                  extra_definitions=parse_definitions(opts.get("compile_definitions")),
@@ -196,16 +225,13 @@ class ProjectServer:
             raise TransportClosedError("the transport is not open (call open_transport)")
         return self.device
 
-    @staticmethod
-    def _options(options: object, method: str) -> dict:
+    def _options(self, options: object, method: str) -> dict:
         """Known options with values of their declared type (None for unset)."""
-        from generator.boards import list_boards
-
         if options is None:
             return {}
         if not isinstance(options, dict):
             raise ValueError("options must be an object")
-        offered = {o.name: o for o in project_options(list_boards())}
+        offered = {o.name: o for o in self._offered()}
         checked = {}
         for name, value in options.items():
             option = offered.get(name)
@@ -219,7 +245,8 @@ class ProjectServer:
                 raise ProjectError(f"project option '{name}' must be a {option.type}, not "
                                    f"{type(value).__name__}")
             # An unknown board gets the board registry's own message, with its hint.
-            if option.choices and value not in option.choices and name != "board":
+            if option.choices and value not in option.choices \
+                    and name not in ("board", "zephyr_board"):
                 raise ProjectError(f"project option '{name}' is {value!r}; choose one of "
                                    f"{', '.join(map(str, option.choices))}")
             checked[name] = value
@@ -243,7 +270,13 @@ def _open_link(project_dir: Path, serial_number: str | None) -> Any:
     from generator.device.runner import open_device
     from generator.project.generate import load_project
 
-    board = load_board(load_project(project_dir)["board"])
+    project = load_project(project_dir)
+    if "zephyr" in project:
+        from generator.project.zephyr import project_board
+
+        board = project_board(project)
+    else:
+        board = load_board(project["board"])
     if board.runner in ("process", "qemu"):
         return open_device(board, project_dir / "build" / "firmware.elf")
     from generator.device.serial_ports import find_board_port

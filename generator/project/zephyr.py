@@ -1,0 +1,210 @@
+"""Zephyr projects: the template's data files (template.json, boards.json) and the build.
+
+A template directory that holds a `template.json` with `"renderer": "zephyr"` renders a Zephyr
+4.x application around the same runtime as the CRT template. Its `boards.json` maps Zephyr
+board names (hardware model v2: `mps2/an385`, `qemu_cortex_m3`) to what the generator needs:
+a microtvm-gen board that stands in for compiler flags and the archive checks, the memory
+sizes of the Zephyr board, its QEMU machine, stack size and how the firmware exits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from generator.boards import Board, QemuSpec, load_board
+from generator.errors import BoardError, ProjectError, ToolchainError
+
+TEMPLATE_FILE = "template.json"
+BOARDS_FILE = "boards.json"
+TABLE_SCHEMA = 1
+RENDERER = "zephyr"
+PLATFORM = "zephyr"  # templates/common/platform/zephyr/
+ZEPHYR_ELF = "zephyr/zephyr.elf"  # in the build directory
+EXITS = ("semihosting", "reboot")
+ZEPHYR_BASE_HINT = ("set ZEPHYR_BASE to a Zephyr 4.x tree (and ZEPHYR_MODULES to its "
+                    "modules/hal/cmsis and modules/lib/cmsis_6 outside a west workspace); "
+                    "docs/zephyr.md")
+BUILD_TIMEOUT = 1800
+
+
+@dataclass(frozen=True)
+class ZephyrBoard:
+    name: str  # the Zephyr board name, e.g. "mps2/an385"
+    description: str
+    stand_in: str  # microtvm-gen board with the same core (flags, arch, runner kind)
+    runner: str
+    flash_bytes: int
+    ram_origin: int
+    ram_bytes: int
+    main_stack_bytes: int
+    uart: str
+    exit: str
+    qemu_machine: str | None = None
+    qemu_cpu: str | None = None
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def template_info(template_dir: Path | None) -> dict:
+    """The template's template.json ({} for a template without one, such as templates/crt)."""
+    if template_dir is None:
+        return {}
+    path = template_dir / TEMPLATE_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProjectError(f"{path} is not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ProjectError(f"{path}: expected a JSON object")
+    return data
+
+
+def is_zephyr_template(template_dir: Path | None) -> bool:
+    return template_info(template_dir).get("renderer") == RENDERER
+
+
+def load_board_table(template_dir: Path) -> dict[str, ZephyrBoard]:
+    """boards.json: Zephyr board name -> ZephyrBoard, every entry checked."""
+    path = template_dir / BOARDS_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ProjectError(f"{template_dir} is a Zephyr template without {BOARDS_FILE}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProjectError(f"{path} is not valid JSON ({exc})") from exc
+    if not isinstance(data, dict) or data.get("schema") != TABLE_SCHEMA:
+        raise ProjectError(f"{path}: board table schema {data.get('schema')!r}; "
+                           f"this tool reads schema {TABLE_SCHEMA}")
+    table = {}
+    for name, entry in sorted(data.get("boards", {}).items()):
+        try:
+            qemu = entry.get("qemu") or {}
+            board = ZephyrBoard(
+                name=name, description=str(entry["description"]),
+                stand_in=str(entry["stand_in"]), runner=str(entry["runner"]),
+                flash_bytes=int(entry["flash_bytes"]), ram_origin=int(entry["ram_origin"]),
+                ram_bytes=int(entry["ram_bytes"]),
+                main_stack_bytes=int(entry["main_stack_bytes"]), uart=str(entry["uart"]),
+                exit=str(entry["exit"]), qemu_machine=qemu.get("machine"),
+                qemu_cpu=qemu.get("cpu"))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ProjectError(f"{path}: board '{name}': missing or invalid field {exc}") from None
+        if board.exit not in EXITS:
+            raise ProjectError(f"{path}: board '{name}': exit '{board.exit}' is not one of "
+                               f"{', '.join(EXITS)}")
+        if board.runner == "qemu" and not (board.qemu_machine and board.qemu_cpu):
+            raise ProjectError(f"{path}: board '{name}' runs in QEMU but names no qemu machine")
+        table[name] = board
+    return table
+
+
+def zephyr_board(template_dir: Path, name: str) -> ZephyrBoard:
+    table = load_board_table(template_dir)
+    if name not in table:
+        raise BoardError(f"unknown Zephyr board '{name}'; this template knows: "
+                         f"{', '.join(table)}", hint=f"add it to {template_dir / BOARDS_FILE}")
+    return table[name]
+
+
+def effective_board(zb: ZephyrBoard) -> Board:
+    """The stand-in microtvm-gen board with the Zephyr board's memory, QEMU machine and port."""
+    base = load_board(zb.stand_in)
+    qemu = base.qemu
+    if zb.runner == "qemu" and qemu is not None:
+        qemu = dataclasses.replace(qemu, machine=zb.qemu_machine, cpu=zb.qemu_cpu, args=())
+    elif zb.runner == "qemu":
+        qemu = QemuSpec(binary="qemu-system-arm", machine=str(zb.qemu_machine),
+                        cpu=str(zb.qemu_cpu))
+    return dataclasses.replace(base, platform=PLATFORM, flash_bytes=zb.flash_bytes,
+                               ram_origin=zb.ram_origin, ram_bytes=zb.ram_bytes,
+                               stack_bytes=zb.main_stack_bytes, qemu=qemu, linker_script=None)
+
+
+def project_board(project: dict) -> Board:
+    """The board a generated Zephyr project runs on (for building, sizes and QEMU)."""
+    zb = ZephyrBoard(**project["zephyr"]["board"])
+    return effective_board(zb)
+
+
+# ---- Building -----------------------------------------------------------------------------
+
+
+def toolchain_env(env: dict[str, str]) -> dict[str, str]:
+    """Zephyr SDK when the caller set one up, else gnuarmemb with arm-none-eabi-gcc on PATH."""
+    out = dict(env)
+    if out.get("ZEPHYR_TOOLCHAIN_VARIANT") or out.get("ZEPHYR_SDK_INSTALL_DIR"):
+        return out
+    gcc = shutil.which("arm-none-eabi-gcc", path=out.get("PATH"))
+    if gcc is None:
+        raise ToolchainError("no Zephyr toolchain: neither ZEPHYR_TOOLCHAIN_VARIANT / "
+                             "ZEPHYR_SDK_INSTALL_DIR is set nor arm-none-eabi-gcc on PATH",
+                             hint="install the Zephyr SDK, or apt-get install gcc-arm-none-eabi")
+    out["ZEPHYR_TOOLCHAIN_VARIANT"] = "gnuarmemb"
+    out["GNUARMEMB_TOOLCHAIN_PATH"] = str(Path(gcc).resolve().parent.parent)
+    return out
+
+
+def in_west_workspace(zephyr_base: Path, env: dict[str, str]) -> bool:
+    """True when `west` is on PATH and ZEPHYR_BASE lies in a west workspace."""
+    west = shutil.which("west", path=env.get("PATH"))
+    if west is None:
+        return False
+    probe = subprocess.run([west, "topdir"], cwd=zephyr_base, env=env, capture_output=True,
+                           text=True, timeout=60)
+    return probe.returncode == 0
+
+
+def build_commands(project_dir: Path, build_dir: Path, board: str, zephyr_base: Path,
+                   env: dict[str, str]) -> list[list[str]]:
+    """`west build` in a west workspace, else CMake + Ninja (configure only once)."""
+    if in_west_workspace(zephyr_base, env):
+        return [["west", "build", "-b", board, "-d", str(build_dir), str(project_dir)]]
+    commands = []
+    if not (build_dir / "CMakeCache.txt").exists():
+        commands.append(["cmake", "-G", "Ninja", "-S", str(project_dir), "-B", str(build_dir),
+                         f"-DBOARD={board}"])
+    commands.append(["cmake", "--build", str(build_dir)])
+    return commands
+
+
+def build_zephyr(project_dir: Path, project: dict, build_dir: Path, log: Path,
+                 env: dict[str, str] | None = None, progress=None) -> Path:
+    """Build the Zephyr application; returns the ELF (copied to the build dir's firmware.elf
+    so that `run`, `serve` and the Project API open it like any project's)."""
+    from generator.build import FIRMWARE, first_error
+
+    env = dict(os.environ if env is None else env)
+    base = env.get("ZEPHYR_BASE")
+    if not base:
+        raise ToolchainError("a Zephyr project needs ZEPHYR_BASE", hint=ZEPHYR_BASE_HINT)
+    zephyr_base = Path(base)
+    if not (zephyr_base / "VERSION").is_file():
+        raise ToolchainError(f"ZEPHYR_BASE ({base}) is not a Zephyr tree (no VERSION file)",
+                             hint=ZEPHYR_BASE_HINT)
+    env = toolchain_env(env)
+    if shutil.which("ninja", path=env.get("PATH")) is None:
+        raise ToolchainError("Zephyr builds need ninja on PATH", hint="apt-get install ninja-build")
+    board = project["zephyr"]["board"]["name"]
+    build_dir.mkdir(parents=True, exist_ok=True)
+    for cmd in build_commands(project_dir, build_dir, board, zephyr_base, env):
+        if progress:
+            progress(" ".join(cmd[:2]))
+        with log.open("a") as out:
+            proc = subprocess.run(cmd, cwd=project_dir, env=env, stdout=out,
+                                  stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT)
+        if proc.returncode != 0:
+            lines = log.read_text(errors="replace").splitlines()
+            raise ToolchainError(f"Zephyr build failed: {first_error(lines, project_dir)} "
+                                 f"(full log: {log})")
+    elf = build_dir / FIRMWARE
+    shutil.copyfile(build_dir / ZEPHYR_ELF, elf)
+    return elf
