@@ -1,0 +1,263 @@
+"""templates/zephyr: projects as Zephyr 4.x applications.
+
+Rendering, the board table, the Project API server and the generated CMake / prj.conf text are
+tested always (fast, no Zephyr tree). Builds and QEMU runs need a Zephyr tree: set
+MTVG_TEST_ZEPHYR_BASE (and, outside a west workspace, MTVG_TEST_ZEPHYR_MODULES, and
+MTVG_TEST_ZEPHYR_PYTHON for a python3 with Zephyr's requirements); docs/zephyr.md.
+conftest.py removes ZEPHYR_BASE for every test, so these tests pass the tree explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from generator.cli import main
+from generator.errors import BoardError, ProjectError, ToolchainError
+from generator.project.generate import generate
+from generator.project.zephyr import (
+    effective_board,
+    is_zephyr_template,
+    load_board_table,
+    toolchain_env,
+)
+from generator.project_api.client import ProjectClient
+from generator.resources import templates_dir
+from tests.conftest import YES_NO, archive
+
+TEMPLATE = templates_dir() / "zephyr"
+SINE = "gromero-sine-aot-c-v5"
+YES_NO_ARCHIVE = "guberti-yesno-aot-packed-v5"
+ZEPHYR_BOARDS = ["mps2/an385", "qemu_cortex_m3"]
+
+
+# ---- Always: no Zephyr tree needed ----------------------------------------------------------
+
+
+def test_board_table():
+    table = load_board_table(TEMPLATE)
+    assert sorted(table) == sorted(ZEPHYR_BOARDS)
+    an385 = table["mps2/an385"]
+    assert (an385.qemu_machine, an385.qemu_cpu, an385.exit) == ("mps2-an385", "cortex-m3",
+                                                                 "semihosting")
+    m3 = effective_board(table["qemu_cortex_m3"])
+    assert (m3.platform, m3.ram_bytes, m3.flash_bytes, m3.linker_script) == (
+        "zephyr", 65536, 262144, None)
+    assert m3.qemu is not None and m3.qemu.machine == "lm3s6965evb"
+    assert is_zephyr_template(TEMPLATE) and not is_zephyr_template(templates_dir() / "crt")
+
+
+def test_board_table_errors(tmp_path):
+    shutil.copytree(TEMPLATE, tmp_path / "t")
+    table = json.loads((tmp_path / "t" / "boards.json").read_text())
+    table["boards"]["mps2/an385"]["exit"] = "halt"
+    (tmp_path / "t" / "boards.json").write_text(json.dumps(table))
+    with pytest.raises(ProjectError, match=r"board 'mps2/an385': exit 'halt' is not one of"):
+        load_board_table(tmp_path / "t")
+    del table["boards"]["mps2/an385"]["ram_bytes"]
+    (tmp_path / "t" / "boards.json").write_text(json.dumps(table))
+    with pytest.raises(ProjectError, match=r"missing or invalid field 'ram_bytes'"):
+        load_board_table(tmp_path / "t")
+
+
+@pytest.mark.parametrize("zboard", ZEPHYR_BOARDS)
+def test_render_standalone(tmp_path, zboard):
+    out = tmp_path / "p"
+    generate(archive(SINE), zboard, out, template=TEMPLATE)
+    cmake = (out / "CMakeLists.txt").read_text()
+    assert "find_package(Zephyr REQUIRED HINTS $ENV{ZEPHYR_BASE})" in cmake
+    assert f"  set(BOARD {zboard})" in cmake
+    assert "target_sources(app PRIVATE" in cmake
+    assert "${CMAKE_CURRENT_SOURCE_DIR}/platform/platform.c" in cmake
+    assert "${CMAKE_CURRENT_SOURCE_DIR}/app/app.c" in cmake
+    assert "MTVG_ZEPHYR_SEMIHOSTING_EXIT=1" in cmake
+    conf = (out / "prj.conf").read_text().splitlines()
+    stack = load_board_table(TEMPLATE)[zboard].main_stack_bytes
+    for line in ("CONFIG_UART_INTERRUPT_DRIVEN=y", "CONFIG_UART_CONSOLE=n", "CONFIG_PRINTK=n",
+                 "CONFIG_MINIMAL_LIBC=y", f"CONFIG_MAIN_STACK_SIZE={stack}"):
+        assert line in conf
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert [f for f in files if f.startswith("platform/")] == ["platform/platform.c"]
+    assert "cmake/toolchain.cmake" not in files
+    assert (out / "platform/platform.c").read_bytes() == (
+        templates_dir() / "common/platform/zephyr/platform.c").read_bytes()
+    project = json.loads((out / "project.json").read_text())
+    assert project["zephyr"]["board"]["name"] == zboard
+    assert project["zephyr"]["platform_name"] == "zephyr"
+    # The same inputs give the same bytes.
+    generate(archive(SINE), zboard, tmp_path / "q", template=TEMPLATE)
+    assert all((out / f).read_bytes() == (tmp_path / "q" / f).read_bytes() for f in files)
+
+
+def test_render_host_driven_and_graph(tmp_path, operators_archive):
+    generate(operators_archive, "mps2/an385", tmp_path / "hd", template=TEMPLATE)
+    cmake = (tmp_path / "hd" / "CMakeLists.txt").read_text()
+    assert "app/rpc_main.c" in cmake and "runtime/src/rpc_server.c" in cmake
+    assert "  MTVG_LINK_MAX_PAYLOAD=4096" in cmake and "  MTVG_RPC_POOL_BYTES=1048576" in cmake
+    generate(operators_archive, "qemu_cortex_m3", tmp_path / "m3", template=TEMPLATE)
+    m3 = (tmp_path / "m3" / "CMakeLists.txt").read_text()
+    assert "  MTVG_RPC_POOL_BYTES=16384" in m3  # a quarter of the board's 64 KiB
+    graph = archive("hannah-magicwand-graph-c-tvm0.11dev")
+    generate(graph, "mps2/an385", tmp_path / "g", template=TEMPLATE)
+    assert "runtime/src/graph.c" in (tmp_path / "g" / "CMakeLists.txt").read_text()
+
+
+def test_project_api_server(tmp_path):
+    with ProjectClient(TEMPLATE) as server:
+        info = server.server_info_query()
+        assert info["platform_name"] == "zephyr" and info["is_template"]
+        options = {o["name"]: o for o in info["project_options"]}
+        assert options["zephyr_board"]["choices"] == ZEPHYR_BOARDS
+        assert options["board"]["choices"] == ZEPHYR_BOARDS
+        server.generate_project(archive(SINE), tmp_path / "p", {"zephyr_board": "qemu_cortex_m3"})
+    with ProjectClient(tmp_path / "p") as server:
+        info = server.server_info_query()
+        assert info["platform_name"] == "zephyr" and not info["is_template"]
+    assert (tmp_path / "p" / "microtvm_api_server.py").read_bytes() == (
+        TEMPLATE / "microtvm_api_server.py").read_bytes()
+    with ProjectClient(templates_dir() / "crt") as server:
+        assert server.server_info_query()["platform_name"] == "crt"
+
+
+def test_cli_generate_with_template(tmp_path, capsys):
+    out = tmp_path / "p"
+    assert main(["generate", str(archive(SINE)), "--board", "qemu-mps2-an385", "--template",
+                 str(TEMPLATE), "--option", "zephyr_board=mps2/an385", "-o", str(out)]) == 2
+    assert "options 'board' (qemu-mps2-an385) and 'zephyr_board' (mps2/an385) differ" in \
+        capsys.readouterr().err
+    assert main(["generate", str(archive(SINE)), "--board", "mps2/an385", "--template",
+                 str(TEMPLATE), "--option", "zephyr_board=mps2/an385", "-o", str(out)]) == 0
+    assert json.loads((out / "project.json").read_text())["zephyr"]["board"]["name"] == \
+        "mps2/an385"
+    assert main(["generate", str(archive(SINE)), "--board", "nrf52840dk/nrf52840", "--template",
+                 str(TEMPLATE), "-o", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown Zephyr board 'nrf52840dk/nrf52840'; this template knows: mps2/an385, " \
+        "qemu_cortex_m3" in err
+
+
+def test_unknown_board_direct(tmp_path):
+    with pytest.raises(BoardError, match="unknown Zephyr board 'qemu-mps2-an385'"):
+        generate(archive(SINE), "qemu-mps2-an385", tmp_path / "p", template=TEMPLATE)
+
+
+def test_build_without_zephyr_base_says_what_to_set(tmp_path):
+    from generator.build import build
+
+    generate(archive(SINE), "mps2/an385", tmp_path / "p", template=TEMPLATE)
+    with pytest.raises(ToolchainError, match="a Zephyr project needs ZEPHYR_BASE") as exc:
+        build(tmp_path / "p")
+    assert "MODULES" in (exc.value.hint or "")
+
+
+def test_toolchain_choice(tmp_path):
+    sdk = toolchain_env({"PATH": "", "ZEPHYR_SDK_INSTALL_DIR": "/opt/sdk"})
+    assert "ZEPHYR_TOOLCHAIN_VARIANT" not in sdk
+    with pytest.raises(ToolchainError, match="no Zephyr toolchain"):
+        toolchain_env({"PATH": str(tmp_path)})
+    gcc = shutil.which("arm-none-eabi-gcc")
+    if gcc:
+        env = toolchain_env({"PATH": os.path.dirname(gcc)})
+        assert env["ZEPHYR_TOOLCHAIN_VARIANT"] == "gnuarmemb"
+        assert Path(env["GNUARMEMB_TOOLCHAIN_PATH"], "bin", "arm-none-eabi-gcc").exists()
+
+
+# ---- With a Zephyr tree: build in Zephyr, run in QEMU, compare with the CRT template --------
+
+
+@pytest.fixture
+def zephyr_tree(monkeypatch):
+    base = os.environ.get("MTVG_TEST_ZEPHYR_BASE")
+    if not base:
+        pytest.skip("set MTVG_TEST_ZEPHYR_BASE to a Zephyr 4.x tree to build and run Zephyr "
+                    "projects (docs/zephyr.md)")
+    monkeypatch.setenv("ZEPHYR_BASE", base)
+    modules = os.environ.get("MTVG_TEST_ZEPHYR_MODULES")
+    if modules:
+        monkeypatch.setenv("ZEPHYR_MODULES", modules)
+    python = os.environ.get("MTVG_TEST_ZEPHYR_PYTHON")
+    if python:
+        monkeypatch.setenv("PATH", f"{Path(python).parent}{os.pathsep}{os.environ['PATH']}")
+    for tool in ("arm-none-eabi-gcc", "qemu-system-arm", "ninja"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
+    return Path(base)
+
+
+def _outputs(project: Path, samples: list[dict[str, np.ndarray]]) -> list[bytes]:
+    from generator.run import run_project
+
+    report = run_project(project, samples)
+    return [b"".join(np.ascontiguousarray(v).tobytes() for _, v in sorted(o.items()))
+            for o in report.outputs]
+
+
+def _same_as_crt(tmp_path: Path, model: Path, zboard: str, crt_board: str,
+                 samples: list[dict[str, np.ndarray]]) -> list[bytes]:
+    generate(model, zboard, tmp_path / "zephyr", template=TEMPLATE)
+    generate(model, crt_board, tmp_path / "crt")
+    zephyr = _outputs(tmp_path / "zephyr", samples)
+    assert zephyr == _outputs(tmp_path / "crt", samples)
+    return zephyr
+
+
+@pytest.mark.parametrize("zboard", ZEPHYR_BOARDS)
+def test_sine_same_bytes_as_crt(tmp_path, zephyr_tree, zboard):
+    samples = [{"dense_4_input": np.array([[x]], np.float32)} for x in (0.5, 1.25)]
+    out = _same_as_crt(tmp_path, archive(SINE), zboard, "qemu-mps2-an385", samples)
+    values = [np.frombuffer(b, np.float32)[0] for b in out]
+    assert abs(values[0] - np.sin(0.5)) < 0.1 and abs(values[1] - np.sin(1.25)) < 0.1
+    build = json.loads((tmp_path / "zephyr/build/build.json").read_text())
+    assert build["size"]["flash"] > 0
+
+
+def test_yes_no_same_bytes_as_crt(tmp_path, zephyr_tree):
+    samples = [{"Reshape_1": np.fromfile(YES_NO / f"{w}_0a2b400e_nohash_0.raw",
+                                         dtype=np.int8).reshape(1, 1960)} for w in ("yes", "no")]
+    out = _same_as_crt(tmp_path, archive(YES_NO_ARCHIVE), "mps2/an385", "qemu-mps2-an385",
+                       samples)
+    scores = [np.frombuffer(b, np.int8).tolist() for b in out]
+    assert scores == [[-128, -127, 126, -127], [-128, -128, -128, 127]]
+
+
+def test_exported_int8_model_same_bytes_as_crt(tmp_path, zephyr_tree):
+    from generator.export.api import export_model
+    from tests.tflite_models import (
+        QTensor,
+        conv2d_model,
+        conv_output_size,
+        random_input,
+        random_weights_and_bias,
+    )
+
+    rng = np.random.default_rng(7)
+    inp = QTensor((1, 9, 8, 3), 0.05, 4)
+    weights, bias = random_weights_and_bias(rng, (5, 3, 3, 3), inp.scales[0])
+    out = QTensor((1, conv_output_size(9, 3, 1, "SAME"), conv_output_size(8, 3, 1, "SAME"), 5),
+                  0.1, -3)
+    (tmp_path / "conv.tflite").write_bytes(conv2d_model(inp, weights, bias, out, (1, 1), "SAME",
+                                                        "RELU", (1, 1)))
+    export_model(tmp_path / "conv.tflite", tmp_path / "conv.tar")
+    generate(tmp_path / "conv.tar", "mps2/an385", tmp_path / "peek", template=TEMPLATE)
+    spec = json.loads((tmp_path / "peek/project.json").read_text())["module"]["inputs"][0]
+    samples = [{spec["name"]: random_input(rng, inp).reshape(spec["shape"])}]
+    result = _same_as_crt(tmp_path, tmp_path / "conv.tar", "mps2/an385", "qemu-mps2-an385",
+                          samples)
+    assert len(result[0]) == 9 * 8 * 5
+
+
+def test_host_driven_stock_client(tmp_path, zephyr_tree, operators_archive):
+    from generator.build import build
+    from generator.rpc import connect
+    from tests.test_host_driven import check_operators
+
+    project = tmp_path / "hd"
+    generate(operators_archive, "mps2/an385", project, template=TEMPLATE)
+    build(project)
+    remote = connect(project)
+    check_operators(remote, np.random.default_rng(3))
