@@ -82,7 +82,9 @@ def test_render_standalone(tmp_path, zboard):
                  "CONFIG_MINIMAL_LIBC=y", f"CONFIG_MAIN_STACK_SIZE={stack}"):
         assert line in conf
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert [f for f in files if f.startswith("platform/")] == ["platform/platform.c"]
+    assert [f for f in files if f.startswith("platform/")] == ["platform/mtvg_libm.h",
+                                                               "platform/platform.c"]
+    assert "-include ${CMAKE_CURRENT_SOURCE_DIR}/platform/mtvg_libm.h" in cmake
     assert "cmake/toolchain.cmake" not in files
     assert (out / "platform/platform.c").read_bytes() == (
         templates_dir() / "common/platform/zephyr/platform.c").read_bytes()

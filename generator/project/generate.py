@@ -342,6 +342,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         "tvm_include_dirs": headers.include_dirs,
         "tvm_code_cflags": TVM_CODE_CFLAGS,
         "zephyr": zephyr,
+        "multilib_flags": [f for f in board.cflags if f.startswith(("-mcpu", "-mthumb",
+                                                                    "-mfloat-abi", "-mfpu"))],
     }
     context.update(graph_context)
     if not host_driven:

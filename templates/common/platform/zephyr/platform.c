@@ -6,6 +6,8 @@
  * kernel's hardware cycle counter. Exit: semihosting SYS_EXIT_EXTENDED under QEMU
  * (MTVG_ZEPHYR_SEMIHOSTING_EXIT=1), otherwise a cold reboot.
  */
+#include <errno.h>
+
 #include <zephyr/device.h>
 #include <zephyr/devicetree.h>
 #include <zephyr/drivers/uart.h>
@@ -19,6 +21,12 @@
 /* Bytes the receive interrupt can buffer before it stops reading the UART. */
 #ifndef MTVG_ZEPHYR_RX_BYTES
 #define MTVG_ZEPHYR_RX_BYTES 1024
+#endif
+/* While the ring is empty the reader also polls the UART this often: a byte that arrived
+ * before the receive interrupt was enabled raises no interrupt on some UARTs (QEMU's CMSDK
+ * UART) and would stall the link. */
+#ifndef MTVG_ZEPHYR_RX_POLL_MS
+#define MTVG_ZEPHYR_RX_POLL_MS 5
 #endif
 #ifndef MTVG_ZEPHYR_SEMIHOSTING_EXIT
 #define MTVG_ZEPHYR_SEMIHOSTING_EXIT 0
@@ -59,6 +67,12 @@ static void link_isr(const struct device* dev, void* user_data) {
   }
 }
 
+#ifdef CONFIG_MINIMAL_LIBC
+/* The toolchain's libm (linked for kernels that call expf...) reports errors via __errno(). */
+int* __errno(void);
+int* __errno(void) { return &errno; }
+#endif
+
 void mtvg_platform_init(void) {
   ring_buf_init(&rx_ring, sizeof(rx_storage), rx_storage);
   k_sem_init(&rx_ready, 0, 1);
@@ -71,6 +85,16 @@ void mtvg_platform_init(void) {
   timer_high = 0;
 }
 
+/* Bytes the UART holds without having raised an interrupt, moved to the ring. */
+static void link_poll_pending(void) {
+  unsigned char c;
+  unsigned int key = irq_lock();
+  while (ring_buf_space_get(&rx_ring) > 0u && uart_poll_in(link_uart, &c) == 0) {
+    (void)ring_buf_put(&rx_ring, &c, 1u);
+  }
+  irq_unlock(key);
+}
+
 int mtvg_link_read(uint8_t* buf, size_t n) {
   size_t got = 0;
   while (got < n) {
@@ -79,7 +103,10 @@ int mtvg_link_read(uint8_t* buf, size_t n) {
     irq_unlock(key);
     uart_irq_rx_enable(link_uart);
     if (chunk == 0u) {
-      (void)k_sem_take(&rx_ready, K_FOREVER);
+      link_poll_pending();
+      if (ring_buf_is_empty(&rx_ring)) {
+        (void)k_sem_take(&rx_ready, K_MSEC(MTVG_ZEPHYR_RX_POLL_MS));
+      }
     }
     got += chunk;
   }
