@@ -202,25 +202,34 @@ class _Graph:
 
     def serialize(self, op: int, inputs: list[int], outputs: list[int], graph_inputs: list[int],
                   graph_outputs: list[int], options_type: int, options: _Options) -> bytes:
+        return self.serialize_ops([(op, inputs, outputs, options_type, options)], graph_inputs,
+                                  graph_outputs)
+
+    def serialize_ops(self, ops: list[tuple[int, list[int], list[int], int, _Options]],
+                      graph_inputs: list[int], graph_outputs: list[int]) -> bytes:
+        """The model with `ops` (builtin code, inputs, outputs, options type, options) run
+        in order; one operator code per distinct builtin."""
         b = flatbuffers.Builder(1024)
         buffers = [_buffer_table(b, data) for data in self.buffers]
         tensors = [_tensor_table(b, *t) for t in self.tensors]
-        options_offset = options(b)
-
-        op_inputs = _int32_vector(b, inputs)
-        op_outputs = _int32_vector(b, outputs)
-        tflite.OperatorStart(b)
-        tflite.OperatorAddOpcodeIndex(b, 0)
-        tflite.OperatorAddInputs(b, op_inputs)
-        tflite.OperatorAddOutputs(b, op_outputs)
-        tflite.OperatorAddBuiltinOptionsType(b, options_type)
-        tflite.OperatorAddBuiltinOptions(b, options_offset)
-        operator = tflite.OperatorEnd(b)
+        codes = list(dict.fromkeys(op[0] for op in ops))
+        operators = []
+        for op, inputs, outputs, options_type, options in ops:
+            options_offset = options(b)
+            op_inputs = _int32_vector(b, inputs)
+            op_outputs = _int32_vector(b, outputs)
+            tflite.OperatorStart(b)
+            tflite.OperatorAddOpcodeIndex(b, codes.index(op))
+            tflite.OperatorAddInputs(b, op_inputs)
+            tflite.OperatorAddOutputs(b, op_outputs)
+            tflite.OperatorAddBuiltinOptionsType(b, options_type)
+            tflite.OperatorAddBuiltinOptions(b, options_offset)
+            operators.append(tflite.OperatorEnd(b))
 
         sg_tensors = _offset_vector(b, tensors)
         sg_inputs = _int32_vector(b, graph_inputs)
         sg_outputs = _int32_vector(b, graph_outputs)
-        sg_operators = _offset_vector(b, [operator])
+        sg_operators = _offset_vector(b, operators)
         sg_name = b.CreateString("main")
         tflite.SubGraphStart(b)
         tflite.SubGraphAddTensors(b, sg_tensors)
@@ -230,13 +239,15 @@ class _Graph:
         tflite.SubGraphAddName(b, sg_name)
         subgraph = tflite.SubGraphEnd(b)
 
-        tflite.OperatorCodeStart(b)
-        tflite.OperatorCodeAddDeprecatedBuiltinCode(b, min(op, 127))
-        tflite.OperatorCodeAddBuiltinCode(b, op)
-        tflite.OperatorCodeAddVersion(b, 1)
-        opcode = tflite.OperatorCodeEnd(b)
+        opcodes = []
+        for op in codes:
+            tflite.OperatorCodeStart(b)
+            tflite.OperatorCodeAddDeprecatedBuiltinCode(b, min(op, 127))
+            tflite.OperatorCodeAddBuiltinCode(b, op)
+            tflite.OperatorCodeAddVersion(b, 1)
+            opcodes.append(tflite.OperatorCodeEnd(b))
 
-        m_opcodes = _offset_vector(b, [opcode])
+        m_opcodes = _offset_vector(b, opcodes)
         m_subgraphs = _offset_vector(b, [subgraph])
         m_buffers = _offset_vector(b, buffers)
         description = b.CreateString("microtvm-gen test model")
@@ -584,3 +595,131 @@ def reshape_model(inp: QTensor, out: QTensor, new_shape: Sequence[int]) -> bytes
 
     return g.serialize(tflite.BuiltinOperator.RESHAPE, [x, s], [y], [x], [y],
                        tflite.BuiltinOptions.ReshapeOptions, options)
+
+
+def resnet_model(rng: np.random.Generator, size: int = 16, widths: Sequence[int] = (8, 16, 32),
+                 classes: int = 10) -> tuple[bytes, QTensor]:
+    """A ResNet-8-like int8 stack (MLPerf Tiny's image classifier, scaled down): a 3×3 conv,
+    then per width a residual block (3×3 conv + RELU, 3×3 conv, ADD of the shortcut + RELU;
+    a block that halves the size has stride 2 and a 1×1 strided conv on the shortcut), then
+    a global average pool, RESHAPE, FULLY_CONNECTED and SOFTMAX. Every 3×3 conv is SAME-padded.
+    Activations after a RELU have zero point −128. Scales follow an estimate of each
+    tensor's RMS (about 40 units from the zero point), so values spread over the int8 range
+    instead of saturating or dying out. Returns the model and its input tensor."""
+    g = _Graph()
+    ops: list[tuple[int, list[int], list[int], int, _Options]] = []
+    inp = QTensor((1, size, size, 3), 0.02, -1)
+    x_id = g.add("input", inp)
+    count = [0]
+    rms: dict[int, float] = {x_id: 74.0}  # RMS of (q − zero point), in int8 units
+
+    def name(kind: str) -> str:
+        count[0] += 1
+        return f"{kind}_{count[0]}"
+
+    def conv(x: QTensor, xi: int, channels: int, kernel: int, stride: int,
+             activation: str) -> tuple[QTensor, int]:
+        weights, bias = random_weights_and_bias(
+            rng, (channels, kernel, kernel, x.shape[3]), x.scales[0],
+            scale_range=(0.004, 0.008), bias_range=2000)
+        fan_in = kernel * kernel * x.shape[3]
+        spread = rms[xi] * x.scales[0] * 0.006 * 73.0 * np.sqrt(fan_in)  # real RMS
+        hw = -(-x.shape[1] // stride)
+        out = QTensor((1, hw, hw, channels),
+                      float(spread / (60.0 if activation == "RELU" else 40.0)),
+                      -128 if activation == "RELU" else 0)
+        wi, bi, yi = g.add(name("w"), weights), g.add(name("b"), bias), g.add(name("conv"), out)
+        rms[yi] = 42.0 if activation == "RELU" else 40.0
+        pad, act = _padding("SAME"), _activation(activation)
+
+        def options(b: flatbuffers.Builder) -> int:
+            tflite.Conv2DOptionsStart(b)
+            tflite.Conv2DOptionsAddPadding(b, pad)
+            tflite.Conv2DOptionsAddStrideH(b, stride)
+            tflite.Conv2DOptionsAddStrideW(b, stride)
+            tflite.Conv2DOptionsAddDilationHFactor(b, 1)
+            tflite.Conv2DOptionsAddDilationWFactor(b, 1)
+            tflite.Conv2DOptionsAddFusedActivationFunction(b, act)
+            return tflite.Conv2DOptionsEnd(b)
+
+        ops.append((tflite.BuiltinOperator.CONV_2D, [xi, wi, bi], [yi],
+                    tflite.BuiltinOptions.Conv2DOptions, options))
+        return out, yi
+
+    def add(a: tuple[QTensor, int], b: tuple[QTensor, int]) -> tuple[QTensor, int]:
+        spread = np.hypot(rms[a[1]] * a[0].scales[0], rms[b[1]] * b[0].scales[0])
+        out = QTensor(a[0].shape, float(spread / 60.0), -128)
+        yi = g.add(name("add"), out)
+        rms[yi] = 42.0
+        act = _activation("RELU")
+
+        def options(fb: flatbuffers.Builder) -> int:
+            tflite.AddOptionsStart(fb)
+            tflite.AddOptionsAddFusedActivationFunction(fb, act)
+            return tflite.AddOptionsEnd(fb)
+
+        ops.append((tflite.BuiltinOperator.ADD, [a[1], b[1]], [yi],
+                    tflite.BuiltinOptions.AddOptions, options))
+        return out, yi
+
+    h = conv(inp, x_id, widths[0], 3, 1, "RELU")
+    for k, width in enumerate(widths):
+        stride = 1 if k == 0 else 2
+        y = conv(h[0], h[1], width, 3, stride, "RELU")
+        y = conv(y[0], y[1], width, 3, 1, "NONE")
+        shortcut = h if stride == 1 else conv(h[0], h[1], width, 1, stride, "NONE")
+        h = add(y, shortcut)
+
+    side, width = h[0].shape[1], h[0].shape[3]
+    pooled = QTensor((1, 1, 1, width), h[0].scales[0], h[0].zero_points[0])
+    pi = g.add(name("pool"), pooled)
+
+    def pool_options(b: flatbuffers.Builder) -> int:
+        tflite.Pool2DOptionsStart(b)
+        tflite.Pool2DOptionsAddPadding(b, _padding("VALID"))
+        tflite.Pool2DOptionsAddStrideW(b, side)
+        tflite.Pool2DOptionsAddStrideH(b, side)
+        tflite.Pool2DOptionsAddFilterWidth(b, side)
+        tflite.Pool2DOptionsAddFilterHeight(b, side)
+        tflite.Pool2DOptionsAddFusedActivationFunction(b, _activation("NONE"))
+        return tflite.Pool2DOptionsEnd(b)
+
+    ops.append((tflite.BuiltinOperator.AVERAGE_POOL_2D, [h[1]], [pi],
+                tflite.BuiltinOptions.Pool2DOptions, pool_options))
+    flat_shape = np.asarray([1, width], dtype=np.int32)
+    flat = QTensor((1, width), pooled.scales[0], pooled.zero_points[0])
+    si, fi = g.add_int32_constant(name("shape"), flat_shape), g.add(name("flat"), flat)
+
+    def reshape_options(b: flatbuffers.Builder) -> int:
+        vec = _int32_vector(b, flat_shape)
+        tflite.ReshapeOptionsStart(b)
+        tflite.ReshapeOptionsAddNewShape(b, vec)
+        return tflite.ReshapeOptionsEnd(b)
+
+    ops.append((tflite.BuiltinOperator.RESHAPE, [pi, si], [fi],
+                tflite.BuiltinOptions.ReshapeOptions, reshape_options))
+    w_scale = 2.0 / (pooled.scales[0] * 42.0 * 73.0 * np.sqrt(width))  # logits' RMS ≈ 2
+    weights, bias = random_weights_and_bias(rng, (classes, width), pooled.scales[0],
+                                            per_channel=False, bias_range=0,
+                                            scale_range=(0.8 * w_scale, 1.2 * w_scale))
+    logits = QTensor((1, classes), 8.0 / 127.0, 0)
+    wi, bi, li = g.add(name("w"), weights), g.add(name("b"), bias), g.add(name("fc"), logits)
+
+    def fc_options(b: flatbuffers.Builder) -> int:
+        tflite.FullyConnectedOptionsStart(b)
+        tflite.FullyConnectedOptionsAddFusedActivationFunction(b, _activation("NONE"))
+        return tflite.FullyConnectedOptionsEnd(b)
+
+    ops.append((tflite.BuiltinOperator.FULLY_CONNECTED, [fi, wi, bi], [li],
+                tflite.BuiltinOptions.FullyConnectedOptions, fc_options))
+    probs = softmax_output((1, classes))
+    yi = g.add("output", probs)
+
+    def softmax_options(b: flatbuffers.Builder) -> int:
+        tflite.SoftmaxOptionsStart(b)
+        tflite.SoftmaxOptionsAddBeta(b, 1.0)
+        return tflite.SoftmaxOptionsEnd(b)
+
+    ops.append((tflite.BuiltinOperator.SOFTMAX, [li], [yi],
+                tflite.BuiltinOptions.SoftmaxOptions, softmax_options))
+    return g.serialize_ops(ops, [x_id], [yi]), inp
