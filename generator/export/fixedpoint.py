@@ -59,6 +59,14 @@ class PyArith:
     def shl(self, x: int, exponent: int) -> int:
         return _wrap32(x << exponent)
 
+    def rdbp32(self, x: int, exponent: int) -> int:
+        """`rdbp` for an int32 x and an exponent in [0, 31]."""
+        return self.rdbp(x, exponent)
+
+    def shl32(self, x: int, exponent: int) -> int:
+        """`shl` for an exponent in [0, 31]."""
+        return self.shl(x, exponent)
+
     def ne(self, a: int, b: int) -> bool:
         return a != b
 
@@ -152,6 +160,26 @@ class TirArith:
     def shl(self, x, exponent):
         return self.t.Cast("int32", self._i64(x) << self._i64(exponent))
 
+    def rdbp32(self, x, exponent):
+        """`rdbp` in int32 arithmetic (a 32-bit core does it in a few instructions, the int64
+        form in several times as many): x int32, exponent in [0, 31]."""
+        t = self.t
+        x = self.shared(self._i32(x))
+        if isinstance(exponent, int):
+            mask = t.const((1 << exponent) - 1, "int32")
+        else:  # 2**e − 1 without shifting a 1 into the sign bit. The clamp tells TVM's
+            # bound analysis that the shift is in [0, 31]; unbounded, it folds the rounding away.
+            exponent = self.shared(t.min(self._i32(exponent), t.const(31, "int32")))
+            mask = self.shared(t.const(INT32_MAX, "int32") >> (t.const(31, "int32") - exponent))
+        threshold = (mask >> t.const(1, "int32")) + t.Select(
+            x < t.const(0, "int32"), t.const(1, "int32"), t.const(0, "int32"))
+        return (x >> self._i32(exponent)) + t.Select((x & mask) > threshold,
+                                                     t.const(1, "int32"), t.const(0, "int32"))
+
+    def shl32(self, x, exponent):
+        """x · 2**exponent in int32 (exponent in [0, 31]; wraps like TFLite's int32 multiply)."""
+        return self._i32(x) << self._i32(exponent)
+
     def ne(self, a, b):
         return self._i32(a) != self._i32(b)
 
@@ -184,8 +212,8 @@ def multiply_by_quantized_multiplier(ar, x, multiplier, shift: int):
     """x · multiplier · 2**shift with TFLite's two roundings (shift may be a TIR value)."""
     if isinstance(shift, int):
         left, right = max(shift, 0), max(-shift, 0)
-        shifted = ar.shl(x, left) if left else x
-        return ar.rdbp(ar.srdhm(shifted, multiplier), right) if right else \
+        shifted = ar.shl32(x, left) if left else x
+        return ar.rdbp32(ar.srdhm(shifted, multiplier), right) if right else \
             ar.srdhm(shifted, multiplier)
     from tvm import tirx
 
@@ -193,7 +221,7 @@ def multiply_by_quantized_multiplier(ar, x, multiplier, shift: int):
     left = tirx.max(shift, zero)
     right = tirx.max(zero - shift, zero)
     # a quantized multiplier lies in [0, 2**31): the INT32_MIN·INT32_MIN case cannot occur
-    return ar.rdbp(ar.srdhm(ar.shl(x, left), multiplier, b_above_min=True), right)
+    return ar.rdbp32(ar.srdhm(ar.shl32(x, left), multiplier, b_above_min=True), right)
 
 
 def saturating_shl(ar, x, exponent: int):
