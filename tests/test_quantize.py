@@ -93,6 +93,20 @@ def test_conv2d(stride, padding, activation, dilation, per_channel, tmp_path):
     check_bit_exact(buf, [inp], tmp_path, {"conv2d"})
 
 
+@pytest.mark.parametrize("kernel,channels,padding", [
+    (1, 8, "VALID"),  # blocks of 4 output channels
+    (3, 6, "SAME"),  # blocks of 2
+])
+def test_conv2d_output_channel_blocks(kernel, channels, padding, tmp_path):
+    rng = np.random.default_rng(5)
+    inp = QTensor((1, 6, 5, 7), 0.05, -128)
+    weights, bias = random_weights_and_bias(rng, (channels, kernel, kernel, 7), inp.scales[0])
+    out = QTensor((1, conv_output_size(6, kernel, 1, padding),
+                   conv_output_size(5, kernel, 1, padding), channels), 0.2, 5)
+    buf = conv2d_model(inp, weights, bias, out, (1, 1), padding, "RELU")
+    check_bit_exact(buf, [inp], tmp_path, {"conv2d"})
+
+
 @pytest.mark.parametrize("multiplier,stride,padding,activation", [
     (1, (1, 1), "SAME", "NONE"),
     (2, (2, 2), "VALID", "RELU"),

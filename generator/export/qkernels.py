@@ -54,6 +54,9 @@ class Kernel:
         return ["weights", "bias", "requant", "requant"][:len(self.constants)]
 
 
+BLOCK = 4  # output channels a regular conv computes together
+
+
 def _clamp_int8(value, lo: int, hi: int):
     return tirx.max(tirx.min(value, tirx.const(hi, "int32")),
                     tirx.const(lo, "int32")).astype("int8")
@@ -91,7 +94,7 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
     """Conv2d on NHWC int8. Regular weights are OHWI [Cout, KH, KW, Cin]; depthwise weights
     are [KH, KW, Cout] (Cout = Cin · multiplier). `bias` already holds
     bias − input_zero · Σweights, so padding reads the input zero point."""
-    if any(pads):
+    if any(pads) or not depthwise:
         return _conv2d_clipped(x_shape, weights, bias, out_shape, strides, pads, dilation,
                                input_zero, requant, depthwise)
     n_, h_, w_, cin = x_shape
@@ -143,10 +146,13 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
                     out_shape: tuple[int, ...], strides: tuple[int, int],
                     pads: tuple[int, int, int, int], dilation: tuple[int, int],
                     input_zero: int, requant: Requant, depthwise: bool) -> Kernel:
-    """A padded conv2d as TIR statements, TFLite's way: for each output position the tap
-    loops run only over the in-bounds taps (their ranges computed once per position), so
-    the inner loop has no bounds check. Skipped taps would have read the input zero point,
-    so the accumulator is TFLite's Σ (x − zp)·w plus the file's own bias."""
+    """A conv2d as TIR statements. Padded, it works TFLite's way: for each output position
+    the tap loops run only over the in-bounds taps (their ranges computed once per
+    position), so the inner loop has no bounds check; skipped taps would have read the input
+    zero point, so the accumulator is TFLite's Σ (x − zp)·w plus the file's own bias.
+    Unpadded, every tap is in bounds and the folded bias stands for the zero point.
+    A regular conv computes BLOCK output channels at once: each input value is loaded once
+    for all of them, and their accumulators stay in registers."""
     t = tirx
     i32 = "int32"
     n_, h_, w_, cin = x_shape
@@ -157,7 +163,12 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
     else:
         _, kh_, kw_, _ = weights.shape
         sums = weights.astype(np.int64).reshape(cout, -1).sum(axis=1)
-    plain_bias = bias.astype(np.int64) + int(input_zero) * sums
+    padded = any(pads)
+    if padded:
+        bias = bias.astype(np.int64) + int(input_zero) * sums
+    else:
+        input_zero = 0  # already in the folded bias
+    block = 1 if depthwise else next(b for b in (BLOCK, 2, 1) if cout % b == 0)
     mult = cout // cin
     sh, sw = strides
     dh, dw = dilation
@@ -172,6 +183,8 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
 
     def tap_range(origin, dil, size, taps):
         """[lo, hi): the taps k with 0 <= origin + k·dil < size."""
+        if not padded:
+            return t.const(0, i32), t.const(taps, i32)
         lo = t.max(t.floordiv(-origin + (dil - 1), dil), 0) if dil > 1 else t.max(-origin, 0)
         hi = t.min(t.floordiv(size - origin + (dil - 1), dil), taps) if dil > 1 \
             else t.min(size - origin, taps)
@@ -184,8 +197,9 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
         rh, rw, rc = (t.Var(v, i32) for v in ("rh", "rw", "rc"))
         h0, w0 = t.Var("h0", i32), t.Var("w0", i32)
         h_lo, h_hi, w_lo, w_hi = (t.Var(v, i32) for v in ("h_lo", "h_hi", "w_lo", "w_hi"))
-        acc = t.decl_buffer((1,), i32, "acc")
+        acc = t.decl_buffer((block,), i32, "acc")
         zero = t.const(0, i32)
+        xv, k = t.Var("xv", i32), t.Var("k", i32)
 
         def x_tap(ch):
             value = t.Cast(i32, t.BufferLoad(xb, [n, h0 + rh * dh, w0 + rw * dw, ch]))
@@ -196,21 +210,28 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
             mac = t.BufferStore(acc, t.BufferLoad(acc, [zero]) + x_tap(ch) * t.Cast(
                 i32, t.BufferLoad(wb, [rh, rw, c])), [zero])
             taps = loop(rh, h_lo, h_hi - h_lo, loop(rw, w_lo, w_hi - w_lo, mac))
-        else:
-            mac = t.BufferStore(acc, t.BufferLoad(acc, [zero]) + x_tap(rc) * t.Cast(
-                i32, t.BufferLoad(wb, [c, rh, rw, rc])), [zero])
+        else:  # c counts blocks of output channels
+            macs = [t.BufferStore(acc, t.BufferLoad(acc, [t.const(q, i32)]) + xv * t.Cast(
+                i32, t.BufferLoad(wb, [c * block + q, rh, rw, rc])), [t.const(q, i32)])
+                for q in range(block)]
+            mac = t.SeqStmt([t.LetStmt(xv, x_tap(rc)), *macs])
             taps = loop(rh, h_lo, h_hi - h_lo, loop(rw, w_lo, w_hi - w_lo,
                                                      loop(rc, zero, t.const(cin, i32), mac)))
+        channel = c * block + k if block > 1 else c
         if requant.per_channel:
-            scale = (t.BufferLoad(qb[0], [c]), t.Cast(i32, t.BufferLoad(qb[1], [c])))
+            scale = (t.BufferLoad(qb[0], [channel]),
+                     t.Cast(i32, t.BufferLoad(qb[1], [channel])))
         else:
             scale = (int(requant.multiplier), int(requant.shift))
-        scaled = multiply_by_quantized_multiplier(rq.ar, t.BufferLoad(acc, [zero]), *scale)
+        slot = k if block > 1 else zero
+        scaled = multiply_by_quantized_multiplier(rq.ar, t.BufferLoad(acc, [slot]), *scale)
         result = _clamp_int8(scaled + requant.zero_point, requant.act_min, requant.act_max)
+        store = t.BufferStore(ob, result, [n, i, j, channel])
         per_channel = t.SeqStmt([
-            t.BufferStore(acc, t.BufferLoad(bb, [c]), [zero]),
+            *(t.BufferStore(acc, t.BufferLoad(bb, [c * block + q]), [t.const(q, i32)])
+              for q in range(block)),
             taps,
-            t.BufferStore(ob, result, [n, i, j, c]),
+            loop(k, zero, t.const(block, i32), store) if block > 1 else store,
         ])
         hl, hh = tap_range(h0, dh, h_, kh_)
         wl, wh = tap_range(w0, dw, w_, kw_)
@@ -218,7 +239,7 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
             t.LetStmt(h0, i * sh - top), t.LetStmt(w0, j * sw - left),
             t.LetStmt(h_lo, hl), t.LetStmt(h_hi, t.max(hh, hl)),
             t.LetStmt(w_lo, wl), t.LetStmt(w_hi, t.max(wh, wl)),
-            loop(c, zero, t.const(cout, i32), per_channel)])
+            loop(c, zero, t.const(cout // block, i32), per_channel)])
         nest = loop(n, zero, t.const(n_, i32), loop(i, zero, t.const(oh_, i32), loop(
             j, zero, t.const(ow_, i32), position)))
         return t.SeqStmt([t.AllocBuffer(acc), nest])
@@ -229,7 +250,7 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
     out = te.extern(out_shape, ins, body, name="conv", dtype="int8", in_buffers=in_bufs,
                     out_buffers=[out_buf])
     return Kernel(_func([*ins, out]),
-                  [weights.astype(np.int8), plain_bias.astype(np.int32), *requant.constants()])
+                  [weights.astype(np.int8), bias.astype(np.int32), *requant.constants()])
 
 
 def dense(batch: int, weights: np.ndarray, bias: np.ndarray, requant: Requant) -> Kernel:
