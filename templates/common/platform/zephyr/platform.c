@@ -85,11 +85,13 @@ void mtvg_platform_init(void) {
   timer_high = 0;
 }
 
-/* Bytes the UART holds without having raised an interrupt, moved to the ring. */
+/* Bytes the UART holds without having raised an interrupt, moved to the ring. With
+ * interrupts locked, as the ISR would: uart_fifo_read also clears the UART's pending receive
+ * interrupt (uart_poll_in does not on every driver, which leaves the interrupt asserted). */
 static void link_poll_pending(void) {
-  unsigned char c;
+  uint8_t c;
   unsigned int key = irq_lock();
-  while (ring_buf_space_get(&rx_ring) > 0u && uart_poll_in(link_uart, &c) == 0) {
+  while (ring_buf_space_get(&rx_ring) > 0u && uart_fifo_read(link_uart, &c, 1) == 1) {
     (void)ring_buf_put(&rx_ring, &c, 1u);
   }
   irq_unlock(key);
