@@ -27,6 +27,7 @@ from generator.project.zephyr import (
     toolchain_env,
 )
 from generator.project_api.client import ProjectClient
+from generator.project_api.handler import ProjectServer
 from generator.resources import templates_dir
 from tests.conftest import YES_NO, archive
 
@@ -117,30 +118,33 @@ def test_project_api_server(tmp_path):
         assert options["zephyr_board"]["choices"] == ZEPHYR_BOARDS
         assert options["board"]["choices"] == ZEPHYR_BOARDS
         server.generate_project(archive(SINE), tmp_path / "p", {"zephyr_board": "qemu_cortex_m3"})
-    with ProjectClient(tmp_path / "p") as server:
-        info = server.server_info_query()
-        assert info["platform_name"] == "zephyr" and not info["is_template"]
+    # In process (the same handler the scripts run): a project, the CRT template.
+    info = ProjectServer(tmp_path / "p").server_info_query(None)
+    assert info["platform_name"] == "zephyr" and not info["is_template"]
     assert (tmp_path / "p" / "microtvm_api_server.py").read_bytes() == (
         TEMPLATE / "microtvm_api_server.py").read_bytes()
-    with ProjectClient(templates_dir() / "crt") as server:
-        assert server.server_info_query()["platform_name"] == "crt"
+    assert ProjectServer(templates_dir() / "crt").server_info_query(None)["platform_name"] == "crt"
 
 
 def test_cli_generate_with_template(tmp_path, capsys):
     out = tmp_path / "p"
-    assert main(["generate", str(archive(SINE)), "--board", "qemu-mps2-an385", "--template",
-                 str(TEMPLATE), "--option", "zephyr_board=mps2/an385", "-o", str(out)]) == 2
-    assert "options 'board' (qemu-mps2-an385) and 'zephyr_board' (mps2/an385) differ" in \
-        capsys.readouterr().err
     assert main(["generate", str(archive(SINE)), "--board", "mps2/an385", "--template",
                  str(TEMPLATE), "--option", "zephyr_board=mps2/an385", "-o", str(out)]) == 0
     assert json.loads((out / "project.json").read_text())["zephyr"]["board"]["name"] == \
         "mps2/an385"
-    assert main(["generate", str(archive(SINE)), "--board", "nrf52840dk/nrf52840", "--template",
-                 str(TEMPLATE), "-o", str(tmp_path / "x")]) == 2
-    err = capsys.readouterr().err
-    assert "unknown Zephyr board 'nrf52840dk/nrf52840'; this template knows: mps2/an385, " \
-        "qemu_cortex_m3" in err
+
+
+def test_server_option_errors(tmp_path):
+    server = ProjectServer(TEMPLATE)
+    with pytest.raises(ProjectError, match=r"options 'board' \(qemu-mps2-an385\) and "
+                       r"'zephyr_board' \(mps2/an385\) differ"):
+        server.generate_project(str(archive(SINE)), None, str(tmp_path / "p"),
+                                {"board": "qemu-mps2-an385", "zephyr_board": "mps2/an385"})
+    with pytest.raises(BoardError, match=r"unknown Zephyr board 'nrf52840dk/nrf52840'; this "
+                       r"template knows: mps2/an385, qemu_cortex_m3"):
+        server.generate_project(str(archive(SINE)), None, str(tmp_path / "p"),
+                                {"board": "nrf52840dk/nrf52840"})
+    assert not (tmp_path / "p").exists()
 
 
 def test_unknown_board_direct(tmp_path):
