@@ -151,8 +151,9 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
     position), so the inner loop has no bounds check; skipped taps would have read the input
     zero point, so the accumulator is TFLite's Σ (x − zp)·w plus the file's own bias.
     Unpadded, every tap is in bounds and the folded bias stands for the zero point.
-    A regular conv computes BLOCK output channels at once: each input value is loaded once
-    for all of them, and their accumulators stay in registers."""
+    BLOCK output channels are computed at once, their accumulators in registers: a regular
+    conv loads each input value once for all of them, and both kinds share the tap loops'
+    overhead among them."""
     t = tirx
     i32 = "int32"
     n_, h_, w_, cin = x_shape
@@ -168,7 +169,7 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
         bias = bias.astype(np.int64) + int(input_zero) * sums
     else:
         input_zero = 0  # already in the folded bias
-    block = 1 if depthwise else next(b for b in (BLOCK, 2, 1) if cout % b == 0)
+    block = next(b for b in (BLOCK, 2, 1) if cout % b == 0)
     mult = cout // cin
     sh, sw = strides
     dh, dw = dilation
@@ -205,12 +206,15 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
             value = t.Cast(i32, t.BufferLoad(xb, [n, h0 + rh * dh, w0 + rw * dw, ch]))
             return value - input_zero if input_zero else value
 
-        if depthwise:
-            ch = c if mult == 1 else t.floordiv(c, mult)
-            mac = t.BufferStore(acc, t.BufferLoad(acc, [zero]) + x_tap(ch) * t.Cast(
-                i32, t.BufferLoad(wb, [rh, rw, c])), [zero])
-            taps = loop(rh, h_lo, h_hi - h_lo, loop(rw, w_lo, w_hi - w_lo, mac))
-        else:  # c counts blocks of output channels
+        if depthwise:  # c counts blocks of output channels
+            macs = []
+            for q in range(block):
+                out_c = c * block + q
+                ch = out_c if mult == 1 else t.floordiv(out_c, mult)
+                macs.append(t.BufferStore(acc, t.BufferLoad(acc, [t.const(q, i32)]) + x_tap(
+                    ch) * t.Cast(i32, t.BufferLoad(wb, [rh, rw, out_c])), [t.const(q, i32)]))
+            taps = loop(rh, h_lo, h_hi - h_lo, loop(rw, w_lo, w_hi - w_lo, _seq(macs)))
+        else:
             macs = [t.BufferStore(acc, t.BufferLoad(acc, [t.const(q, i32)]) + xv * t.Cast(
                 i32, t.BufferLoad(wb, [c * block + q, rh, rw, rc])), [t.const(q, i32)])
                 for q in range(block)]
