@@ -2,7 +2,8 @@
 
 2,000 mutated archives (fixed seed) of the in-repo fixtures and of archives `microtvm-gen
 export` writes go through `info --json`, `info` and `generate`: none may end in a traceback,
-a hang, a write outside the output directory, a dead worker or a peak RSS over 1 GiB. The
+a hang, a write outside the output directory, a dead worker, a peak RSS over 1 GiB, NaN in
+JSON, a refusal of more than one line, or a refused generate's leftovers. The
 classification itself is checked with entry points that misbehave on purpose.
 """
 
@@ -44,7 +45,8 @@ def test_mutated_archives_end_ok_or_in_one_line(tmp_path):
                                          findings_dir=tmp_path / "findings")
     report = fuzz_archives.table(summary)
     print(report)
-    for outcome in FAILURES:
+    # FAILURES, and the README's other promises: strict JSON, one line, nothing left behind.
+    for outcome in (*FAILURES, "bad-json", "unclean", "leftover"):
         assert summary.outcomes[outcome] == 0, f"{outcome}:\n{report}"
     assert summary.peak_rss < GIB, report
     # Both paths are exercised: archives that still read and generate, and refusals.
