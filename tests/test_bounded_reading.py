@@ -52,20 +52,32 @@ def test_compressed_archives_read(tmp_path, compress):
     assert read_mlf(path).modules[0].inputs[0].name == "Reshape_1"
 
 
+def _bomb(path: Path, members: int, member_bytes: int) -> Path:
+    """A small .tar.gz of many members of zeros."""
+    with gzip.open(path, "wb", compresslevel=9) as gz, tarfile.open(fileobj=gz, mode="w|") as tar:
+        for i in range(members):
+            info = tarfile.TarInfo(f"./runtime/zeros{i}.bin")
+            info.size = member_bytes
+            tar.addfile(info, _Zeros(info.size))
+    assert path.stat().st_size < 1024 * 1024
+    return path
+
+
 def test_decompression_bomb_is_refused_fast(tmp_path, capsys, monkeypatch):
-    """A small .tar.gz of a huge member: refused at the unpacked-size limit."""
+    """Past the unpacked-size limit (here set to 64 MiB): refused, quickly and small."""
     monkeypatch.setenv(LIMIT_ENV, str(64 * 1024 * 1024))
-    bomb = tmp_path / "bomb.tar.gz"
-    with gzip.open(bomb, "wb", compresslevel=9) as gz, tarfile.open(fileobj=gz, mode="w|") as tar:
-        info = tarfile.TarInfo("./runtime/zeros.bin")
-        info.size = 200 * 1024 * 1024
-        tar.addfile(info, _Zeros(info.size))
-    assert bomb.stat().st_size < 1024 * 1024
+    bomb = _bomb(tmp_path / "bomb.tar.gz", 8, 30 * 1024 * 1024)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.monotonic()
-    _refused(capsys, bomb, "unpacks to more than")
+    _refused(capsys, bomb, "unpacks to more than 67108864 bytes")
     assert time.monotonic() - start < 20
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 200 * 1024
+
+
+def test_compression_ratio_bomb_is_refused(tmp_path, capsys):
+    """Under the size limits, but 1,000 times its compressed size: a bomb all the same."""
+    bomb = _bomb(tmp_path / "ratio.tar.gz", 3, 20 * 1024 * 1024)
+    _refused(capsys, bomb, "times its")
 
 
 def test_bad_limit_setting_is_one_line(tmp_path, capsys, monkeypatch):

@@ -22,13 +22,18 @@ from typing import BinaryIO
 
 from generator.errors import MlfError
 
-MAX_MEMBER_BYTES = 256 * 1024 * 1024
+MAX_MEMBER_BYTES = 128 * 1024 * 1024
 # What a tar may unpack to in all (every member, read or skipped): a bound on time and on
 # decompression bombs. Real archives unpack to at most a few tens of MB.
-MAX_UNPACKED_BYTES = 512 * 1024 * 1024
+MAX_UNPACKED_BYTES = 256 * 1024 * 1024
+# A compressed archive past RATIO_FLOOR_BYTES unpacked may not have grown more than
+# MAX_RATIO times: real archives (C text, weights) compress 3-20 times, bombs 1,000 times.
+# Setting LIMIT_ENV (the user accepts big archives) lifts this check.
+MAX_RATIO = 200
+RATIO_FLOOR_BYTES = 32 * 1024 * 1024
 LIMIT_ENV = "MICROTVM_GEN_MAX_ARCHIVE_BYTES"
 # The members the tool keeps in memory, in all.
-MAX_READ_BYTES = 384 * 1024 * 1024
+MAX_READ_BYTES = 192 * 1024 * 1024
 MAX_TOTAL_BYTES = MAX_READ_BYTES  # directories
 MAX_MEMBERS = 20000
 MAX_HEADER_BYTES = 64 * 1024  # a pax or GNU long-name header
@@ -96,14 +101,21 @@ def read_archive(path: Path) -> ArchiveFiles:
 class _Budget:
     """A readable stream that refuses to give more than `limit` bytes in total."""
 
-    def __init__(self, stream: BinaryIO, limit: int, origin: Path) -> None:
+    def __init__(self, stream: BinaryIO, limit: int, origin: Path,
+                 compressed_bytes: int | None = None) -> None:
         self.stream, self.limit, self.origin, self.count = stream, limit, origin, 0
+        self.compressed_bytes = compressed_bytes
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0 or size > READ_CHUNK:
             size = READ_CHUNK
         blob = self.stream.read(size)
         self.count += len(blob)
+        if self.compressed_bytes and self.count > RATIO_FLOOR_BYTES \
+                and self.count > MAX_RATIO * self.compressed_bytes:
+            raise MlfError(f"{self.origin}: the archive unpacks to more than {MAX_RATIO} times "
+                           f"its {self.compressed_bytes} compressed bytes (a decompression "
+                           f"bomb?); set {LIMIT_ENV} to accept it if it is real")
         if self.count > self.limit:
             raise MlfError(f"{self.origin}: the archive unpacks to more than {self.limit} bytes "
                            f"(set {LIMIT_ENV} to allow more)")
@@ -148,7 +160,9 @@ def _read_tar(path: Path) -> ArchiveFiles:
             raw.seek(0)
             opener = next((o for magic, o in _MAGIC if head.startswith(magic)), None)
             with (opener(raw) if opener else raw) as stream:
-                budget = _Budget(stream, limit, path)
+                ratio_checked = opener is not None and LIMIT_ENV not in os.environ
+                budget = _Budget(stream, limit, path,
+                                 path.stat().st_size if ratio_checked else None)
                 _read_members(path, budget, files)
                 while budget.read(READ_CHUNK):  # to the end: checksums, trailing garbage
                     pass

@@ -37,7 +37,8 @@ from generator.mlf.schema import check_metadata
 
 MAX_METADATA_BYTES = 16 * 1024 * 1024
 MAX_IO_BYTES = 1 << 30  # one input or output tensor
-MAX_SOURCE_BYTES = 64 * 1024 * 1024  # the module's C sources (real ones: a few MB)
+MAX_SOURCE_BYTES = 32 * 1024 * 1024  # the module's C sources (real ones: a few MB)
+MAX_HEADER_BYTES = 1024 * 1024  # the C interface header (real ones: a few KB)
 SUPPORTED_VERSIONS = (5, 6, 7, 8)
 NEWEST_KNOWN_VERSION = 8
 # generator/export/mlf_writer.py ABI_NAME and OPERATOR_ABI_NAME, and the style of archive
@@ -173,6 +174,7 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
                  if _module_file(_safe_member(where, n), name, version)]
     obj_names = [n for n in files.under("codegen/host/lib/")
                  if _module_file(_safe_member(where, n), name, version)]
+    _check_source_bytes(where, files, src_names)
     srcs = []
     for n in src_names:
         ext = n.rsplit(".", 1)[-1]
@@ -183,11 +185,12 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
                                traits.uses_dsp))
     objs = [ObjectFile(n, sources.elf_arch(files.data[_safe_member(where, n)]))
             for n in obj_names]
-    if sum(len(files.data[s.path]) for s in srcs) > MAX_SOURCE_BYTES:
-        raise MlfError(f"{where}: the C sources hold more than {MAX_SOURCE_BYTES} bytes")
     c_text = "\n".join(files.text(s.path) for s in srcs if not s.is_partition)
 
     header_path = f"codegen/host/include/tvmgen_{name}.h"
+    if files.has(header_path) and len(files.data[header_path]) > MAX_HEADER_BYTES:
+        raise MlfError(f"{where}: {header_path} holds more than {MAX_HEADER_BYTES} bytes (real "
+                       "interface headers hold a few KB)")
     header = (sources.parse_interface_header(files.text(header_path), name)
               if files.has(header_path) else None)
 
@@ -336,6 +339,7 @@ def _read_operator_module(files: ArchiveFiles, name: str, info: object) -> Modul
             srcs.append(SourceFile(_safe_member(where, n), "c"))
     objs = [ObjectFile(n, sources.elf_arch(files.data[_safe_member(where, n)]))
             for n in files.under("codegen/host/lib/") if _module_file(n, name, 8)]
+    _check_source_bytes(where, files, [s.path for s in srcs])
     c_text = "\n".join(files.text(s.path) for s in srcs)
     registry = _registry(where, c_text)
     if registry is None:
@@ -377,6 +381,12 @@ def _read_operator_module(files: ArchiveFiles, name: str, info: object) -> Modul
         abi=abi,
         operators=operators,
     )
+
+
+def _check_source_bytes(where: str, files: ArchiveFiles, paths: list[str]) -> None:
+    """Refuse oversized sources before any of them is decoded or scanned."""
+    if sum(len(files.data[p]) for p in paths) > MAX_SOURCE_BYTES:
+        raise MlfError(f"{where}: the C sources hold more than {MAX_SOURCE_BYTES} bytes")
 
 
 def _safe_member(where: str, path: str) -> str:
