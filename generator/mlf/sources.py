@@ -22,7 +22,7 @@ _STRUCT_RE = re.compile(r"struct\s+(\w+)\s*\{([^}]*)\}", re.S)
 _DEFINE_RE = re.compile(r"#define\s+(\w+)\s+(\d{1,18})\b")
 _POOL_STATIC_RE = re.compile(
     r"static\s+(?:const\s+)?(?:struct\s+)?(?:uint8_t\s+)?(?:__attribute__\s*\(\(.*?\)\)\s*)?"
-    r"(\w+)\s*\[(\d+)\]\s*;"
+    r"(\w+)\s*\[(\d{1,18})\]\s*;"
 )
 
 # Calls our runtime does not provide: code containing them cannot run on the device.
