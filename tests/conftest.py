@@ -69,6 +69,26 @@ def _isolated_environment(monkeypatch):
     monkeypatch.delenv("MICROTVM_GEN_ROOT", raising=False)
 
 
+def children(pid: int) -> list[int]:
+    """Live (not zombie) processes whose parent is pid."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def serve_device_pid(serve_pid: int) -> int:
+    """The device of a running `serve`: serve → its project's Project API server → the
+    firmware process or QEMU."""
+    (pid,) = [device for server in children(serve_pid) for device in children(server)]
+    return pid
+
+
 def _processes() -> dict[int, tuple[int, str]]:
     """Live processes (not zombies): pid -> (parent pid, command line)."""
     found = {}

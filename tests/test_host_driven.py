@@ -13,13 +13,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from generator.cli import main
-from tests.conftest import BOARDS, QEMU_BOARDS, REPO, host_driven_project
+from tests.conftest import BOARDS, QEMU_BOARDS, REPO, host_driven_project, serve_device_pid
 from tests.test_rpc_tracker import _free_port, _start_tracker, _stop_tracker
 
 tvm = pytest.importorskip("tvm")
@@ -173,19 +172,6 @@ def test_serve_rejects_bad_options(project, capsys):
     assert len(lines) == 2 and all("error:" in line for line in lines)
 
 
-def _children(pid: int) -> list[int]:
-    """Process ids whose parent is pid (from /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
 def test_serve_restarts_a_device_that_died(project):
     """The firmware process dies mid-session: the client gets one clear error, and the next
     client finds a working device again."""
@@ -195,8 +181,7 @@ def test_serve_restarts_a_device_that_died(project):
     try:
         remote = tvm.rpc.connect("127.0.0.1", port)
         check_operators(remote, np.random.default_rng(5))
-        # serve → the project's Project API server → the firmware process
-        (firmware,) = [pid for server in _children(proc.pid) for pid in _children(server)]
+        firmware = serve_device_pid(proc.pid)
         os.kill(firmware, signal.SIGKILL)
         with pytest.raises(tvm.error.RPCError, match="closed its link|stopped accepting"):
             tvm.runtime.tensor(np.ones(4, np.float32), remote.cpu(0))

@@ -29,7 +29,7 @@ from generator.errors import DeviceError
 from generator.link.session import Session, SessionTimeouts
 from generator.project.generate import HOST_DRIVEN_MAX_PAYLOAD
 from generator.rpc.packets import PacketClient
-from tests.conftest import BOARDS, REPO, host_driven_project
+from tests.conftest import BOARDS, REPO, host_driven_project, serve_device_pid
 
 tvm = pytest.importorskip("tvm")
 
@@ -67,8 +67,7 @@ class Serve:
 
     def device_pid(self) -> int:
         """serve → the project's Project API server → the device (firmware or QEMU)."""
-        (pid,) = [device for server in children(self.proc.pid) for device in children(server)]
-        return pid
+        return serve_device_pid(self.proc.pid)
 
     def wait(self) -> int:
         return self.proc.wait(timeout=EXIT_TIMEOUT)
@@ -91,19 +90,6 @@ def serve(project, tmp_path):
     yield start
     for s in started:
         s.stop()
-
-
-def children(pid: int) -> list[int]:
-    """Live (not zombie) processes whose parent is pid."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(stat.parent.name))
-    return found
 
 
 def alive(pid: int) -> bool:
