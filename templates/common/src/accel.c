@@ -32,15 +32,14 @@ static void append_int(size_t* at, int32_t value) {
   }
 }
 
-int32_t mtvg_accel_check(int32_t status, const char* driver_function) {
+int32_t mtvg_accel_check(int32_t status) {
   if (status == 0 || failed_status != 0) {
     return status;
   }
   failed_status = status;
   if (!have_message) {
     size_t at = 0;
-    append(&at, driver_function);
-    append(&at, " failed with status ");
+    append(&at, "an accelerator driver failed with status ");
     append_int(&at, status);
     have_message = 1;
   }

@@ -3,7 +3,7 @@
  *
  * Generated kernels call a driver function through tir.call_extern; every driver function
  * returns int32_t: 0 on success, anything else on failure. The kernel passes that status
- * to mtvg_accel_check() with the driver function's name. A driver that fails first calls
+ * to mtvg_accel_check() (TIR cannot pass strings to C). A driver that fails first calls
  * mtvg_accel_error() with a message; the run function returns MTVG_ACCEL_RUN_FAILED after
  * the failing kernel, and the application reports mtvg_accel_message() as the run's error.
  * A failed driver call therefore never produces a silent wrong output.
@@ -29,11 +29,10 @@ extern "C" {
 /*!
  * \brief Called by generated code after each driver call.
  * \param status what the driver returned.
- * \param driver_function the driver function's name (a string literal).
  * \return status. A nonzero status is recorded (the first one since mtvg_accel_clear());
- *         without a message from the driver, the message names the function and status.
+ *         without a message from the driver, the message gives the status.
  */
-int32_t mtvg_accel_check(int32_t status, const char* driver_function);
+int32_t mtvg_accel_check(int32_t status);
 
 /*! \brief Drivers: the reason for the failure they are about to return (copied, bounded). */
 void mtvg_accel_error(const char* accelerator, const char* message);
