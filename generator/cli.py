@@ -143,10 +143,23 @@ class Export(Command):
                             help="full-model: AOT run function; operator: every kernel "
                                  "callable by name (host-driven timing)")
         parser.add_argument("--force", action="store_true", help="replace an existing archive")
+        parser.add_argument("--target", metavar="A,B,c",
+                            help="accelerators to offload to, in order, then 'c' (the CPU), "
+                                 "e.g. vanilla,c; options as --target-NAME-OPTION=VALUE")
+        parser.add_argument("--accelerator", action="append", default=[], metavar="NAME",
+                            help="short form: offload to this accelerator (repeatable)")
+        add_accelerator_path(parser)
 
     def do_run(self, args):
+        from generator.accel import registry
         from generator.errors import ExportError
         from generator.export import frontend
+
+        selected = registry.select(args.target, args.accelerator, args.target_options,
+                                   args.accelerator_path)
+        if selected and args.style == "operator":
+            raise ExportError("accelerators apply to full-model exports; operator-style "
+                              "archives hold CPU kernels for timing")
 
         if args.output.exists() and not args.force:
             raise ExportError(f"{args.output} exists; pass --force to replace it")
@@ -172,7 +185,9 @@ class Export(Command):
             return EXIT_OK
         from generator.export import export_model
 
-        r = export_model(args.model, args.output, shapes, module=args.module)
+        r = export_model(args.model, args.output, shapes, module=args.module,
+                         accelerators=selected)
+        offloaded = {name: dict(counts) for name, counts in r.offload.by_accelerator().items()}
         if args.json:
             self.emit_json({
                 "archive": str(r.path), "module": r.module, "mlf_version": 8,
@@ -186,6 +201,11 @@ class Export(Command):
                 "integer_ops": r.quant.integer,
                 "float_fallback": [{"operator": op, "reason": why}
                                    for op, why in r.quant.fallback],
+                "accelerators": [{"name": s.name, "options": s.options,
+                                  "operators": offloaded.get(s.name, {})} for s in selected],
+                "cpu_kernel_calls": r.calls - len(r.offload.offloaded),
+                "refused": [{"accelerator": a, "pattern": p, "reason": why}
+                            for a, p, why in r.offload.refused],
                 "notes": r.notes})
             return EXIT_OK
         print(f"exported {r.path}: module '{r.module}', {r.calls} kernel calls "
@@ -200,6 +220,14 @@ class Export(Command):
             print(f"  int8    {r.quant.summary()}")
             for op, why in r.quant.fallback:
                 print(f"  float   {op}: {why}")
+        for s in selected:
+            taken = offloaded.get(s.name, {})
+            listed = ", ".join(f"{k} ×{v}" if v > 1 else k for k, v in taken.items())
+            print(f"  accel   {s.name}: {listed or 'nothing matched'}")
+        if selected:
+            print(f"  cpu     {r.calls - len(r.offload.offloaded)} of {r.calls} kernel calls")
+        for accel, pattern, why in r.offload.refused:
+            print(f"  refused {accel} {pattern}: {why}")
         for note in r.notes:
             print(f"  note    {note}")
         return EXIT_OK
@@ -266,6 +294,7 @@ class Generate(Command):
         parser.add_argument("--template", type=Path, metavar="DIR",
                             help="template directory with a Project API server "
                                  "(default: the built-in CRT template)")
+        add_accelerator_path(parser)
         parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                             help="a project option of the template (repeatable; 'true'/'false' "
                                  "for booleans)")
@@ -275,6 +304,7 @@ class Generate(Command):
 
         if not args.archive.exists():
             raise InputError(f"{args.archive}: no such file or directory")
+        with_accelerator_path(args.accelerator_path)
         options = {"board": args.board, "project_type": args.project_type,
                    "module": args.module, "force": args.force or None,
                    "cmsis_path": str(args.cmsis_nn.resolve()) if args.cmsis_nn else None,
@@ -293,6 +323,57 @@ class Generate(Command):
                   f"({len(files)} files, module '{module['name']}', "
                   f"{project['project_type']}, entry {module['entry']})")
         return EXIT_OK
+
+
+def add_accelerator_path(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--accelerator-path", action="append", default=[], type=Path,
+                        metavar="DIR", help="a directory of accelerator plugins (repeatable; "
+                        "also MICROTVM_GEN_ACCELERATOR_PATH)")
+
+
+def with_accelerator_path(paths: list[Path]) -> None:
+    """Make --accelerator-path directories visible to this process and the Project API
+    servers it starts (they inherit the environment)."""
+    from generator.accel.registry import PATH_ENV
+
+    if paths:
+        old = os.environ.get(PATH_ENV, "")
+        os.environ[PATH_ENV] = os.pathsep.join([*(str(p.resolve()) for p in paths),
+                                                *([old] if old else [])])
+
+
+class Accelerators(Command):
+    name = "accelerators"
+    help = "list the accelerator plugins found, where from, and their options"
+
+    def do_add_parser(self, parser):
+        add_accelerator_path(parser)
+
+    def do_run(self, args):
+        from generator.accel import registry
+
+        found = registry.discover(args.accelerator_path)
+        if args.json:
+            self.emit_json({"accelerators": [{
+                "name": f.name, "origin": f.origin, "error": f.error,
+                "shadowed_by": f.shadowed_by,
+                "description": f.plugin.description if f.plugin else None,
+                "options": [{"name": o.name, "type": o.type, "default": o.default,
+                             "help": o.help, "choices": list(o.choices), "env": o.env}
+                            for o in (f.plugin.options if f.plugin else ())],
+                "boards": list(f.plugin.boards) if f.plugin and f.plugin.boards else None,
+            } for f in found]})
+            return EXIT_USER_ERROR if any(f.error for f in found) else EXIT_OK
+        for f in found:
+            if f.error:
+                print(f"{f.name:12} error: {f.error} ({f.origin})")
+                continue
+            shadow = f" (shadowed by {f.shadowed_by})" if f.shadowed_by else ""
+            print(f"{f.name:12} {f.plugin.description} [{f.origin}]{shadow}")
+            for o in f.plugin.options:
+                flag = f"--target-{f.name}-{o.name.replace('_', '-')}"
+                print(f"{'':12}   {flag}={o.type.upper()}  {o.help} (default {o.default})")
+        return EXIT_USER_ERROR if any(f.error for f in found) else EXIT_OK
 
 
 def parse_options(items: list[str]) -> dict:
@@ -419,6 +500,10 @@ class Run(Command):
                             f"{time.tick_hz:,} Hz)")
             print(f"{prefix}run time {measured}, workspace peak "
                   f"{_fmt_bytes(res.workspace_peak)}")
+            counters = report.counters[i] if i < len(report.counters) else {}
+            for accel, counts in counters.items():
+                listed = ", ".join(f"{k} {v:,}" for k, v in counts.items())
+                print(f"{prefix}accelerator {accel}: {listed}")
         print(f"flash {_fmt_bytes(report.flash_bytes)}, RAM {_fmt_bytes(report.ram_bytes)} "
               f"static (board {report.board})")
         if report.storage_bytes:
@@ -534,7 +619,7 @@ class Flash(Command):
 
 
 COMMANDS: list[Command] = [Export(), Info(), Boards(), Generate(), Build(), Run(), Serve(),
-                           Flash()]
+                           Flash(), Accelerators()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -556,9 +641,17 @@ def _silence_native_stderr() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from generator.accel.registry import split_target_options
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv_list = list(sys.argv[1:] if argv is None else argv)
+    argv_list, target_options = split_target_options(argv_list)
+    args = parser.parse_args(argv_list)
     command = getattr(args, "command", None)
+    if target_options and not hasattr(args, "target"):
+        parser.error(f"{target_options[0]}: only 'export' takes --target-NAME-OPTION options")
+    if hasattr(args, "target"):
+        args.target_options = target_options
     if command is None:
         parser.print_help(sys.stderr)
         return EXIT_USER_ERROR

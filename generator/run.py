@@ -8,13 +8,14 @@ from pathlib import Path
 import numpy as np
 
 from generator import RUNTIME_ABI_VERSION
-from generator.boards import Board, load_board
+from generator.boards import Board
 from generator.build import BUILD_DIR, FIRMWARE, BuildResult, board_ram, build
 from generator.elfsize import elf_size
 from generator.errors import DeviceError, InputError
 from generator.link.app_client import AppClient, RunResult
 from generator.mlf.model import c_identifier
 from generator.project.generate import load_project
+from generator.project.zephyr import board_of_project
 from generator.project_api.drive import project_device
 
 BOOT_TIMEOUT = 60.0
@@ -86,6 +87,8 @@ class RunReport:
     storage_bytes: int = 0  # graph executor storage reserved in the firmware
     storage_used: int = 0  # and what the executor placed there
     timings: list[Timing] = field(default_factory=list)  # one per sample
+    # Accelerator counters of each sample's run: {accelerator: {counter: value}}.
+    counters: list[dict[str, dict[str, int]]] = field(default_factory=list)
 
     def to_json(self) -> dict:
         samples = []
@@ -96,6 +99,8 @@ class RunReport:
                 "workspace_peak_bytes": res.workspace_peak,
                 "outputs": {k: v.tolist() for k, v in outs.items()},
             })
+        for sample, counters in zip(samples, self.counters, strict=False):
+            sample["accelerator_counters"] = counters
         return {"board": self.board, "samples": samples, "flash_bytes": self.flash_bytes,
                 "ram_bytes": self.ram_bytes, "arena_bytes": self.arena_bytes,
                 "storage_bytes": self.storage_bytes, "storage_used_bytes": self.storage_used,
@@ -138,7 +143,7 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
                              + (f"; unknown {', '.join(unknown)}" if unknown else ""))
         encoded.append([prepare_input(s, sample[s.name], where) for s in inputs])
 
-    board = load_board(project["board"])
+    board = board_of_project(project)  # a Zephyr board by its Zephyr name
     all_outputs: list[dict[str, np.ndarray]] = []
     results: list[RunResult] = []
     if progress:
@@ -151,6 +156,9 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
         if hello.abi != RUNTIME_ABI_VERSION or hello.input_sizes != [s.size_bytes for s in inputs] \
                 or hello.output_sizes != [s.size_bytes for s in outputs]:
             raise DeviceError("the firmware does not match project.json; rebuild the project")
+        counted = any(a.get("counters") for a in project.get("accelerators", []))
+        counters = []
+        before = client.counters() if counted else {}
         for n, sample_bytes in enumerate(encoded):
             if progress and len(encoded) > 1:
                 progress(f"sample {n + 1}/{len(encoded)}")
@@ -161,6 +169,10 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
                 raise DeviceError(f"the model returned status {result.status} on the device"
                                   + (f": {result.message}" if result.message else ""))
             results.append(result)
+            if counted:
+                after = client.counters()
+                counters.append(_difference(after, before))
+                before = after
             outs = {}
             for index, spec in enumerate(outputs):
                 raw = client.get_output(index, spec.size_bytes)
@@ -174,7 +186,8 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
     report = RunReport(board.name, all_outputs, results, size.flash, size.ram,
                        project["module"]["arena_bytes"], storage_bytes=hello.storage_bytes,
                        storage_used=hello.storage_used,
-                       timings=[timing(board, r.ticks, r.hz) for r in results])
+                       timings=[timing(board, r.ticks, r.hz) for r in results],
+                       counters=counters)
     if output_dir is not None:
         output_dir.mkdir(parents=True, exist_ok=True)
         for spec in outputs:
@@ -184,3 +197,11 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
             np.save(path, stacked)
             report.output_files.append(path)
     return report
+
+
+def _difference(after: dict[str, dict[str, int]],
+                before: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """What each counter advanced during one run (drivers count from reset)."""
+    return {accel: {name: value - before.get(accel, {}).get(name, 0)
+                    for name, value in counts.items()}
+            for accel, counts in after.items()}

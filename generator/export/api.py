@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from generator.accel.dispatch import OffloadReport, Selected
 from generator.errors import ExportError
 from generator.export import ccode, frontend
 from generator.export.lower import lower
@@ -35,20 +36,24 @@ class ExportResult:
     seconds: float
     notes: list[str] = field(default_factory=list)
     quant: QuantReport = field(default_factory=QuantReport)
+    offload: OffloadReport = field(default_factory=OffloadReport)
 
 
 def export_model(model: Path, dest: Path, shapes: dict[str, tuple[int, ...]] | None = None,
-                 module: str = "default") -> ExportResult:
+                 module: str = "default",
+                 accelerators: list[Selected] | None = None) -> ExportResult:
     """Import an ONNX or TFLite file with TVM 0.27 and write it as an MLF v8 archive."""
     start = time.monotonic()
     mod, output_names = frontend.import_model(model, shapes or {})
-    return _export(mod, dest, module, output_names, model.name, start)
+    return _export(mod, dest, module, output_names, model.name, start, accelerators or [])
 
 
 def export_relax(mod, dest: Path, module: str = "default",
-                 output_names: list[str] | None = None) -> ExportResult:
+                 output_names: list[str] | None = None,
+                 accelerators: list[Selected] | None = None) -> ExportResult:
     """Write a Relax IRModule (weights bound as constants, static shapes) as MLF v8."""
-    return _export(mod, dest, module, output_names, "Relax IRModule", time.monotonic())
+    return _export(mod, dest, module, output_names, "Relax IRModule", time.monotonic(),
+                   accelerators or [])
 
 
 def _check_module_name(module: str) -> None:
@@ -57,9 +62,9 @@ def _check_module_name(module: str) -> None:
 
 
 def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin: str,
-            start: float) -> ExportResult:
+            start: float, accelerators: list[Selected]) -> ExportResult:
     _check_module_name(module)
-    lowered = lower(mod, module)
+    lowered = lower(mod, module, accelerators)
     program = lowered.program
     names = output_names or []
     if len(names) != len(program.outputs):
@@ -68,7 +73,8 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
     input_names = [program.tensors[t].name for t in program.inputs]
     code = ccode.generate(lowered, module, input_names, names)
     files = {
-        "metadata.json": metadata_json(_metadata(module, lowered, code, origin)),
+        "metadata.json": metadata_json(_metadata(module, lowered, code, origin,
+                                                 accelerators)),
         f"codegen/host/include/tvmgen_{module}.h": code.header.encode(),
         f"codegen/host/src/{module}_lib0.c": lowered.c_source.encode(),
         f"codegen/host/src/{module}_lib1.c": code.run_source.encode(),
@@ -77,9 +83,12 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
     }
     write_archive(dest, files)
     notes = [f"output '{n}' is copied after the last kernel" for n in code.copied_outputs]
+    notes += [f"accelerator '{name}' matched no operator; the model runs on the CPU"
+              for name in lowered.offload.unmatched]
     return ExportResult(dest, module, len({c.kernel for c in program.calls}),
                         len(program.calls), code.plan, code.constants_bytes, code.inputs,
-                        code.outputs, time.monotonic() - start, notes, lowered.quant)
+                        code.outputs, time.monotonic() - start, notes, lowered.quant,
+                        lowered.offload)
 
 
 def _tensor_meta(t: ccode.IoTensor) -> dict:
@@ -87,7 +96,19 @@ def _tensor_meta(t: ccode.IoTensor) -> dict:
             "size": t.size_bytes}
 
 
-def _metadata(module: str, lowered, code: ccode.AotCode, origin: str) -> dict:
+def _accelerators_meta(lowered, accelerators: list[Selected]) -> list[dict]:
+    """What each accelerator took: the archive's record, and what `generate` reads."""
+    out = []
+    for s in accelerators:
+        mine = [o for o in lowered.offload.offloaded if o.accelerator == s.name]
+        out.append({"name": s.name, "options": s.options,
+                    "operators": [{"pattern": o.pattern, "kernel": o.kernel, "macs": o.macs}
+                                  for o in mine]})
+    return out
+
+
+def _metadata(module: str, lowered, code: ccode.AotCode, origin: str,
+              accelerators: list[Selected]) -> dict:
 
     program = lowered.program
     memory_plan = code.plan
@@ -128,6 +149,7 @@ def _metadata(module: str, lowered, code: ccode.AotCode, origin: str) -> dict:
                      "placement": "flash", "size_bytes": code.constants_bytes},
                 ],
                 "calls": [c.kernel for c in program.calls],
+                "accelerators": _accelerators_meta(lowered, accelerators),
                 "quantization": {"integer": lowered.quant.integer,
                                  "float_fallback": [{"operator": op, "reason": why}
                                                     for op, why in lowered.quant.fallback]},

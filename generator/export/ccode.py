@@ -15,6 +15,8 @@ from generator.export.planner import ALIGN, Interval, Plan, plan
 from generator.mlf.model import c_identifier
 from generator.project.cdata import c_bytes_initializer
 
+ACCEL_RUN_FAILED = -7  # MTVG_ACCEL_RUN_FAILED of mtvg/accel.h
+
 
 @dataclass(frozen=True)
 class IoTensor:
@@ -118,6 +120,11 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
                               f"{len(call.args)} arguments in the model")
         args = ", ".join(f"({ty}){where(t)}" for ty, t in zip(types, call.args, strict=True))
         lines.append(f"  {prefix}{call.kernel}({args});")
+        if call.kernel in lowered.accel_kernels:
+            lines.append(f"  if (mtvg_accel_failed()) return {ACCEL_RUN_FAILED}; "
+                         f"/* {lowered.accel_kernels[call.kernel]} */")
+    if lowered.accel_kernels:
+        lines.insert(0, "  mtvg_accel_clear();")
     copied = []
     for tid, out in zip(program.outputs, outputs, strict=True):
         if in_place.get(program.root(tid)) != out.c_name:
@@ -154,7 +161,7 @@ def _header(module: str, inputs: list[IoTensor], outputs: list[IoTensor]) -> str
         out += [f"  void* {t.c_name};" for t in group]
         out.append("};")
     out += ["", f"/* Runs module '{module}'. Buffers must be aligned to their element size; "
-            "returns 0. */",
+            "returns 0, or nonzero when an accelerator driver failed. */",
             f"int32_t tvmgen_{module}_run(struct tvmgen_{module}_inputs* inputs, "
             f"struct tvmgen_{module}_outputs* outputs);",
             "", "#ifdef __cplusplus", "}", "#endif", "", f"#endif  /* {guard} */", ""]
@@ -169,6 +176,9 @@ def _run_source(module: str, lowered: Lowered, program: Program, memory_plan: Pl
            f'#include "tvmgen_{module}.h"', ""]
     kernels = sorted({c.kernel for c in program.calls})
     out += [f"void {prefix}{k}({lowered.prototypes[k]});" for k in kernels]
+    if lowered.accel_kernels:
+        out += ["", "/* Accelerator drivers report failures here (mtvg/accel.h). */",
+                "int32_t mtvg_accel_failed(void);", "void mtvg_accel_clear(void);"]
     out.append("")
     out += [f"extern const uint8_t {name}[{program.tensors[tid].nbytes}];"
             for tid, name in const_names.items()]

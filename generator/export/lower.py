@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from generator.accel.dispatch import OffloadReport, Selected, offload
+from generator.accel.tir import ACCELERATOR_ATTR
 from generator.errors import ExportError
 from generator.export.quantize import QuantReport, integer_rewrite
 from generator.export.schedule import shrink_intermediates
@@ -68,6 +70,8 @@ class Lowered:
     prototypes: dict[str, str] = field(default_factory=dict)  # kernel → parameter list text
     relax_text: str = ""
     quant: QuantReport = field(default_factory=QuantReport)
+    accel_kernels: dict[str, str] = field(default_factory=dict)  # kernel → accelerator
+    offload: OffloadReport = field(default_factory=OffloadReport)
 
 
 def relax_pipeline():
@@ -88,23 +92,37 @@ def relax_pipeline():
     ])
 
 
-def lower(mod, module_name: str = "default") -> Lowered:
-    """Lower a Relax IRModule (weights bound as constants) to C kernels and a call list."""
+def lower(mod, module_name: str = "default", accelerators: list[Selected] | None = None) \
+        -> Lowered:
+    """Lower a Relax IRModule (weights bound as constants) to C kernels and a call list;
+    operators the `accelerators` take (in order) become calls to their drivers."""
     import tvm
+    from tvm import relax
 
     if "main" not in [gv.name_hint for gv in mod.functions]:
         raise ExportError("the Relax module has no 'main' function")
     relax_text = mod["main"].script(show_meta=False)
     from generator.export.frontend import quiet_native_stderr
 
+    offload_report = OffloadReport()
     try:
         with tvm.transform.PassContext(opt_level=3), quiet_native_stderr():
-            mod, quant = integer_rewrite(mod)
+            mod, quant = integer_rewrite(mod, tag_ops=bool(accelerators))
+            if accelerators:
+                mod = relax.transform.FoldConstant()(mod)
+                mod, offload_report = offload(mod, quant.ops, accelerators)
             fused = relax_pipeline()(mod)
+    except ExportError:
+        raise
     except Exception as exc:
         raise ExportError(f"TVM could not legalize and fuse the model: {last_line(exc)}") \
             from exc
     program = _read_main(fused)
+    accel_kernels = {}
+    for gv, func in fused.functions.items():
+        attrs = getattr(func, "attrs", None)
+        if attrs is not None and ACCELERATOR_ATTR in attrs:
+            accel_kernels[gv.name_hint] = str(attrs[ACCELERATOR_ATTR])
     used = sorted({c.kernel for c in program.calls})
     prefix = SYMBOL_PREFIX.format(mod=module_name)
     c_source, _ = compile_plain_kernels({name: fused[name] for name in used}, prefix)
@@ -113,7 +131,8 @@ def lower(mod, module_name: str = "default") -> Lowered:
     missing = [k for k in used if k not in prototypes]
     if missing:
         raise ExportError(f"TVM's C codegen did not emit kernels {', '.join(missing)}")
-    return Lowered(program, c_source, prototypes, relax_text, quant)
+    return Lowered(program, c_source, prototypes, relax_text, quant, accel_kernels,
+                   offload_report)
 
 
 _PROTOTYPE_RE = re.compile(r"TVM_DLL void (\w+)\(([^)]*)\);")

@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from generator.accel.api import QuantizedOp
 from generator.export import qkernels
 from generator.export.fixedpoint import quantize_multiplier, round_half_away, softmax_params
 
 # int8 operators the frontend already writes in integer form, exact as they are
 _INTEGER_AS_IS = ("relax.nn.max_pool2d", "relax.nn.pad", "relax.reshape", "relax.concat")
+QOP_ATTR = "mtvg.qop"  # kernel attribute that keeps operators apart for accelerator patterns
 ADD_LEFT_SHIFT = 20  # TFLite's int8 add: inputs are shifted left by 20 bits before rescaling
 
 
@@ -32,6 +34,7 @@ class QuantReport:
     integer: list[str] = field(default_factory=list)
     fallback: list[tuple[str, str]] = field(default_factory=list)  # (operator, reason)
     constant_bytes: Counter = field(default_factory=Counter)  # weights / bias / requant
+    ops: dict[str, QuantizedOp] = field(default_factory=dict)  # kernel name → operator
 
     def summary(self) -> str:
         def counted(names: list[str]) -> str:
@@ -210,6 +213,7 @@ class _Rewrite:
     kernel: qkernels.Kernel
     inputs: list
     out_shape: tuple[int, ...]
+    op: QuantizedOp | None = None  # what an accelerator plugin sees of it
 
 
 class _Matcher:
@@ -306,13 +310,18 @@ class _Matcher:
         bias = np.zeros(cout, np.int64) if bias is None else bias.astype(np.int64)
         adjusted = bias - x.zero * sums
         weights = np.transpose(q[..., 0], (1, 2, 0)) if depthwise else q
+        requant = _requant(x.scale, scales, out_scale, zero_out, act)
+        pads = tuple(int(p) for p in a.padding)
         kernel = qkernels.conv2d_nhwc(
-            x_shape, weights, adjusted, out_shape, _pair(a.strides), tuple(int(p) for p in
-                                                                            a.padding),
-            _pair(a.dilation), x.zero, _requant(x.scale, scales, out_scale, zero_out, act),
-            depthwise)
+            x_shape, weights, adjusted, out_shape, _pair(a.strides), pads,
+            _pair(a.dilation), x.zero, requant, depthwise)
         kind = "depthwise_conv2d" if depthwise else "conv2d"
-        return _Rewrite(kind, f"q_{kind}", kernel, [x.var], out_shape)
+        op = QuantizedOp(kind, (x_shape,), out_shape, {
+            "strides": _pair(a.strides), "padding": pads, "dilation": _pair(a.dilation),
+            "depth_multiplier": cout // cin if depthwise else 1, **_zero_points(x, requant)},
+            {"weights": weights.astype(np.int8), "bias": bias.astype(np.int32),
+             **_requant_arrays(requant, cout)})
+        return _Rewrite(kind, f"q_{kind}", kernel, [x.var], out_shape, op)
 
     def _dense(self, quant, mm, bias, out_scale, zero_out, act) -> _Rewrite:
         x = self.g.qact(mm.args[0])
@@ -326,9 +335,12 @@ class _Matcher:
         q = w.q.T.astype(np.int64)  # [units, K]
         bias = np.zeros(q.shape[0], np.int64) if bias is None else bias.astype(np.int64)
         adjusted = bias - x.zero * q.sum(axis=1)
-        kernel = qkernels.dense(x_shape[0], q, adjusted,
-                                _requant(x.scale, scales, out_scale, zero_out, act))
-        return _Rewrite("dense", "q_dense", kernel, [x.var], out_shape)
+        requant = _requant(x.scale, scales, out_scale, zero_out, act)
+        kernel = qkernels.dense(x_shape[0], q, adjusted, requant)
+        op = QuantizedOp("dense", (x_shape,), out_shape, _zero_points(x, requant),
+                         {"weights": q.astype(np.int8), "bias": bias.astype(np.int32),
+                          **_requant_arrays(requant, q.shape[0])})
+        return _Rewrite("dense", "q_dense", kernel, [x.var], out_shape, op)
 
     def _softmax(self, quant, sm) -> _Rewrite:
         x = self.g.qact(sm.args[0])
@@ -342,8 +354,11 @@ class _Matcher:
             multiplier, shift, diff_min = softmax_params(x.scale)
         except ValueError as exc:
             raise _NoMatch(str(exc)) from exc
+        op = QuantizedOp("softmax", (shape,), shape, {
+            "multiplier": multiplier, "shift": shift, "diff_min": diff_min,
+            "input_zero_point": x.zero, "output_zero_point": zero_out})
         return _Rewrite("softmax", "q_softmax", qkernels.softmax(shape, multiplier, shift,
-                                                                 diff_min), [x.var], shape)
+                                                                 diff_min), [x.var], shape, op)
 
     def _add(self, quant, add, act) -> _Rewrite:
         a, b = (self.g.qact(arg) for arg in add.args)
@@ -355,7 +370,12 @@ class _Matcher:
         out_shape = _shape(quant)
         kernel = qkernels.add(_shape(a.var), _shape(b.var), out_shape, -a.zero, -b.zero,
                               mult_a, mult_b, mult_out, ADD_LEFT_SHIFT, zero_out, *act)
-        return _Rewrite("add", "q_add", kernel, [a.var, b.var], out_shape)
+        op = QuantizedOp("add", (_shape(a.var), _shape(b.var)), out_shape, {
+            "input_zero_points": (a.zero, b.zero), "multipliers": (mult_a[0], mult_b[0]),
+            "shifts": (mult_a[1], mult_b[1]), "left_shift": ADD_LEFT_SHIFT,
+            "output_multiplier": mult_out[0], "output_shift": mult_out[1],
+            "output_zero_point": zero_out, "act_min": act[0], "act_max": act[1]})
+        return _Rewrite("add", "q_add", kernel, [a.var, b.var], out_shape, op)
 
     def _concat(self, quant, cat) -> _Rewrite:
         from tvm import relax
@@ -381,10 +401,24 @@ class _Matcher:
             raise _NoMatch("average pool attributes TFLite does not use")
         x = src.args[0]
         out_shape = _shape(cast)
+        pads = tuple(int(p) for p in a.padding)
         kernel = qkernels.avg_pool2d_nhwc(_shape(x), out_shape, _pair(a.pool_size),
-                                          _pair(a.strides), tuple(int(p) for p in a.padding),
-                                          *act)
-        return _Rewrite("avg_pool2d", "q_avg_pool2d", kernel, [x], out_shape)
+                                          _pair(a.strides), pads, *act)
+        op = QuantizedOp("avg_pool2d", (_shape(x),), out_shape, {
+            "pool_size": _pair(a.pool_size), "strides": _pair(a.strides), "padding": pads,
+            "act_min": act[0], "act_max": act[1]})
+        return _Rewrite("avg_pool2d", "q_avg_pool2d", kernel, [x], out_shape, op)
+
+
+def _zero_points(x: _QAct, requant: qkernels.Requant) -> dict:
+    return {"input_zero_point": x.zero, "output_zero_point": requant.zero_point,
+            "act_min": requant.act_min, "act_max": requant.act_max}
+
+
+def _requant_arrays(requant: qkernels.Requant, channels: int) -> dict[str, np.ndarray]:
+    """Multiplier and shift per output channel (a per-tensor value repeated)."""
+    return {name: np.broadcast_to(np.asarray(v, np.int64), (channels,)).astype(np.int32)
+            for name, v in (("multiplier", requant.multiplier), ("shift", requant.shift))}
 
 
 def _pair(values) -> tuple[int, int]:
@@ -401,8 +435,11 @@ def _clip_range(graph: _Graph, var) -> tuple[object, tuple[int, int]] | None:
     return user, (max(-128, int(lo)), min(127, int(hi)))
 
 
-def integer_rewrite(mod) -> tuple[object, QuantReport]:
-    """`mod` with every recognised quantized pattern replaced by an integer kernel."""
+def integer_rewrite(mod, tag_ops: bool = False) -> tuple[object, QuantReport]:
+    """`mod` with every recognised quantized pattern replaced by an integer kernel.
+
+    With `tag_ops`, every kernel is its own function (an attribute keeps identical ones
+    apart) and `report.ops` maps its name to the operator, for accelerator patterns."""
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
@@ -443,7 +480,12 @@ def integer_rewrite(mod) -> tuple[object, QuantReport]:
             rewrite = plans.get(op)
             if rewrite is None:
                 return super().visit_call_(op)
-            gv = self.builder_.add_func(rewrite.kernel.func, rewrite.name)
+            func = rewrite.kernel.func
+            if tag_ops and rewrite.op is not None:
+                func = func.with_attr(QOP_ATTR, len(report.ops))
+            gv = self.builder_.add_func(func, rewrite.name)
+            if tag_ops and rewrite.op is not None:
+                report.ops[gv.name_hint] = rewrite.op
             args = [self.visit_expr(v) for v in rewrite.inputs]
             args += [relax.const(c) for c in rewrite.kernel.constants]
             return relax.call_tir(gv, args, relax.TensorType(rewrite.out_shape, "int8"))

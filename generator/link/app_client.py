@@ -91,6 +91,17 @@ class AppClient:
         message = body[struct.calcsize("<iQQII"):].decode(errors="replace")
         return RunResult(status, ticks, hz, peak, errors, message)
 
+    def counters(self) -> dict[str, dict[str, int]]:
+        """The accelerator drivers' counters: {accelerator: {counter: value}}."""
+        self.device.write(encode_frame(b"K"))
+        text = self._expect(b"k").decode("ascii", errors="replace")
+        out: dict[str, dict[str, int]] = {}
+        for line in text.splitlines():
+            parts = line.split(" ")
+            if len(parts) == 3 and parts[2].isdigit():
+                out.setdefault(parts[0], {})[parts[1]] = int(parts[2])
+        return out
+
     def get_output(self, index: int, size: int) -> bytes:
         parts = []
         for offset in range(0, size, OUTPUT_CHUNK):

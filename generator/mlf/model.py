@@ -144,6 +144,17 @@ class GraphSummary:
 
 
 @dataclass(frozen=True)
+class AcceleratorUse:
+    """An accelerator an MLF v8 archive's code calls: the plugin's name, the options it
+    was exported with, and how many operators (and multiply-accumulates) it took."""
+
+    name: str
+    options: dict[str, str | int | bool | None]
+    operators: int
+    macs: int
+
+
+@dataclass(frozen=True)
 class PlanSummary:
     """The static memory plan an MLF v8 archive records for its activations."""
 
@@ -205,6 +216,7 @@ class ModuleInfo:
     # MLF v8 (our exporter): the ABI of the generated code and its static memory plan.
     abi: str | None = None
     plan: PlanSummary | None = None
+    accelerators: list[AcceleratorUse] = field(default_factory=list)
     # Operator-style archives: the operators, in registry order.
     operators: list[OperatorInfo] = field(default_factory=list)
 

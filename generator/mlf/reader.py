@@ -17,6 +17,7 @@ from generator.mlf import sources
 from generator.mlf.archive import ArchiveFiles, read_archive
 from generator.mlf.graph import Graph, graph_io, parse_graph
 from generator.mlf.model import (
+    AcceleratorUse,
     GraphSummary,
     MlfArchive,
     ModuleInfo,
@@ -228,9 +229,10 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
     else:
         inputs = _resolve_inputs(where, name, main, header, relay, {p.name for p in params})
         outputs = _resolve_outputs(where, name, main, header, relay, inputs)
-    abi, plan = None, None
+    abi, plan, accelerators = None, None, []
     if version >= 8:
         abi, plan = _v8_abi_and_plan(info, where, "full-model")
+        accelerators = _v8_accelerators(info, where)
         inputs = _v8_shapes(info.get("inputs"), inputs, where + " inputs")
         outputs = _v8_shapes(info.get("outputs"), outputs, where + " outputs")
 
@@ -291,7 +293,49 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
         graph_model=graph,
         abi=abi,
         plan=plan,
+        accelerators=accelerators,
     )
+
+
+_ACCEL_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_ACCEL_OPTION_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
+_MAX_ACCELERATORS = 16
+_MAX_ACCEL_OPTION_CHARS = 4096
+
+
+def _v8_accelerators(info: dict, where: str) -> list[AcceleratorUse]:
+    """The accelerators a v8 module calls (names and options are checked: they choose the
+    plugin whose driver the project builds, and the plugin checks the values again)."""
+    listed = info.get("accelerators", [])
+    if not isinstance(listed, list) or len(listed) > _MAX_ACCELERATORS:
+        raise MlfError(f"{where}: 'accelerators' is not a list of at most "
+                       f"{_MAX_ACCELERATORS} objects")
+    out = []
+    for entry in listed:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) \
+                or not _ACCEL_NAME_RE.fullmatch(entry["name"]):
+            raise MlfError(f"{where}: an accelerator entry has no plugin name of lower-case "
+                           "letters, digits, '-' and '_'")
+        options = entry.get("options", {})
+        if not isinstance(options, dict) or not all(
+                isinstance(k, str) and _ACCEL_OPTION_RE.fullmatch(k)
+                and (v is None or isinstance(v, bool | int | str))
+                and len(str(v)) <= _MAX_ACCEL_OPTION_CHARS
+                for k, v in options.items()):
+            raise MlfError(f"{where}: accelerator '{entry['name']}' has options that are not "
+                           "names with string, integer or boolean values")
+        ops = entry.get("operators", [])
+        if not isinstance(ops, list) or not all(
+                isinstance(o, dict) and isinstance(o.get("macs", 0), int)
+                and not isinstance(o.get("macs", 0), bool) and 0 <= o.get("macs", 0) < 2**63
+                for o in ops):
+            raise MlfError(f"{where}: accelerator '{entry['name']}' operators are not a list "
+                           "of objects with integer 'macs'")
+        out.append(AcceleratorUse(entry["name"], dict(options), len(ops),
+                                  sum(o.get("macs", 0) for o in ops)))
+    if len({a.name for a in out}) != len(out):
+        raise MlfError(f"{where}: an accelerator is listed twice")
+    return out
 
 
 def _v8_abi_and_plan(info: dict, where: str, style: str) -> tuple[str, PlanSummary | None]:

@@ -27,6 +27,7 @@ from generator.mlf.model import (
     dtype_bits,
 )
 from generator.mlf.reader import load_mlf
+from generator.project.accelerators import AcceleratorBuild, project_accelerators
 from generator.project.cdata import c_bytes_initializer, c_string_literal
 from generator.project.extra_files import read_extra_files
 from generator.project.fit import check_fits
@@ -198,11 +199,14 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
     check_buildable(module, board, str(archive_path), kind)
     check_fits(module, board, kind, str(archive_path))
     libraries = needed_libraries(module, str(archive_path), cmsis_nn)
+    accelerators = project_accelerators(
+        module, board, str(archive_path), zephyr is not None,
+        {"cmsis-nn": {"path": str(cmsis_nn)}} if cmsis_nn else None)
     _check_target_dir(out_dir, force)
 
     extra = read_extra_files(extra_files_tar) if extra_files_tar else {}
     rendered = _render_files(archive, files, module, board, archive_path, kind, libraries,
-                             extra_definitions or {}, werror, template, zephyr)
+                             extra_definitions or {}, werror, template, zephyr, accelerators)
     rendered.update(_project_api_files(archive_path, template))
     clash = sorted(set(extra) & set(rendered))
     if clash:
@@ -255,8 +259,12 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
                   libraries: Libraries | None = None,
                   extra_definitions: dict[str, str] | None = None,
                   werror: bool = True, template: Path | None = None,
-                  zephyr: ZephyrBoard | None = None) -> dict[str, bytes]:
+                  zephyr: ZephyrBoard | None = None,
+                  accelerators: list[AcceleratorBuild] | None = None) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
+    accelerators = accelerators or []
+    for accel in accelerators:
+        out.update(accel.files)
     common = templates_dir() / "common"
     crt = templates_dir() / "crt"
 
@@ -342,6 +350,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         "tvm_include_dirs": headers.include_dirs,
         "tvm_code_cflags": TVM_CODE_CFLAGS,
         "zephyr": zephyr,
+        "accelerators": accelerators,
+        "accel_counters": [a.counters for a in accelerators if a.counters],
         "multilib_flags": [f for f in board.cflags if f.startswith(("-mcpu", "-mthumb",
                                                                     "-mfloat-abi", "-mfpu"))],
     }
@@ -378,6 +388,7 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
                       for p in module.pools],
             "storage_bytes": module.graph.storage_bytes if module.graph else 0,
         },
+        "accelerators": [{"name": a.name, "counters": a.counters} for a in accelerators],
     }
     if host_driven:
         project["host_driven"] = {"link_max_payload": host_driven_payload(board),

@@ -8,11 +8,13 @@
  *   host -> device  'I' idx offset data  -> 'A' status  (write part of an input)
  *   host -> device  'R'                  -> 'D' status ticks hz peak errors message
  *   host -> device  'O' idx offset len   -> 'o' data    (read part of an output)
+ *   host -> device  'K'                  -> 'k' text  (accelerator counters after a run)
  *   host -> device  'Q' status           -> (exit with that status)
  *   device -> host  'E' message          (a request the device could not honour)
  */
 #include <string.h>
 
+#include "mtvg/accel.h"
 #include "mtvg/model.h"
 #include "mtvg/platform.h"
 #include "mtvg/runtime.h"
@@ -26,6 +28,8 @@
 #define CMD_OUTPUT 'O'
 #define CMD_OUTPUT_DATA 'o'
 #define CMD_QUIT 'Q'
+#define CMD_COUNTERS 'K'
+#define CMD_COUNTERS_TEXT 'k'
 #define CMD_ERROR 'E'
 
 /* Exit status when the model could not be set up (its reason went out as 'E'). */
@@ -139,7 +143,7 @@ static void handle_run(void) {
   n += 4;
   put_u32(tx + n, mtvg_frame_errors());
   n += 4;
-  const char* msg = TVMGetLastError();
+  const char* msg = mtvg_accel_failed() ? mtvg_accel_message() : TVMGetLastError();
   size_t msg_len = strlen(msg);
   if (msg_len > sizeof(tx) - n) {
     msg_len = sizeof(tx) - n;
@@ -147,6 +151,40 @@ static void handle_run(void) {
   memcpy(tx + n, msg, msg_len);
   n += msg_len;
   (void)mtvg_frame_send(tx, n);
+}
+
+/* Counters as text lines "accelerator counter value\n", cut at the frame's end. */
+static size_t counters_len;
+
+static void append_text(const char* s) {
+  while (*s != '\0' && counters_len < sizeof(tx)) {
+    tx[counters_len++] = (uint8_t)*s++;
+  }
+}
+
+static void emit_counter(const char* accelerator, const char* counter, uint64_t value) {
+  char digits[21];
+  size_t n = 0;
+  do {
+    digits[sizeof(digits) - 1 - ++n] = (char)('0' + value % 10u);
+    value /= 10u;
+  } while (value != 0u && n < sizeof(digits) - 1);
+  digits[sizeof(digits) - 1] = '\0';
+  append_text(accelerator);
+  append_text(" ");
+  append_text(counter);
+  append_text(" ");
+  append_text(&digits[sizeof(digits) - 1 - n]);
+  append_text("\n");
+}
+
+static void handle_counters(void) {
+  counters_len = 0;
+  tx[counters_len++] = CMD_COUNTERS_TEXT;
+  for (uint32_t i = 0; i < mtvg_model_num_accel_counters; i++) {
+    mtvg_model_accel_counters[i](emit_counter);
+  }
+  (void)mtvg_frame_send(tx, counters_len);
 }
 
 int main(void) {
@@ -174,6 +212,9 @@ int main(void) {
         break;
       case CMD_OUTPUT:
         handle_output(len);
+        break;
+      case CMD_COUNTERS:
+        handle_counters();
         break;
       case CMD_QUIT:
         mtvg_platform_exit(len >= 5 ? (int)get_u32(rx + 1) : 0);

@@ -8,7 +8,10 @@
 #ifndef MTVG_MODEL_H_
 #define MTVG_MODEL_H_
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "mtvg/accel.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,6 +28,10 @@ extern mtvg_tensor_t mtvg_model_inputs[];
 extern const uint32_t mtvg_model_num_inputs;
 extern mtvg_tensor_t mtvg_model_outputs[];
 extern const uint32_t mtvg_model_num_outputs;
+
+/*! \brief The counter hooks of the accelerator drivers the model calls (may be NULL). */
+extern const mtvg_accel_counters_fn* const mtvg_model_accel_counters;
+extern const uint32_t mtvg_model_num_accel_counters;
 
 /*! \brief Bytes of the workspace arena reserved for TVMBackendAllocWorkspace. */
 extern const uint32_t mtvg_model_arena_bytes;

@@ -1,0 +1,58 @@
+"""Building blocks for lowerings: a PrimFunc that calls a driver function, and patterns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ACCELERATOR_ATTR = "mtvg.accelerator"  # PrimFunc attribute: the plugin that lowered it
+OPAQUE_PATTERN = 8  # TVM's kOpaque: FuseOps never fuses the call with its neighbours
+
+
+@dataclass(frozen=True)
+class Param:
+    """A buffer parameter of the kernel: activations, then constants, then the output."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def extern_kernel(accelerator: str, symbol: str, params: list[Param],
+                  call_args: list[str | int]):
+    """A PrimFunc over `params` whose body is `mtvg_accel_check(symbol(call_args...))`.
+
+    Each entry of `call_args` is a parameter name (its data pointer is passed) or an int
+    (passed as int32_t). The driver function returns int32_t: 0 on success.
+    """
+    from tvm import tirx
+
+    buffers = {p.name: tirx.decl_buffer(p.shape, p.dtype, p.name) for p in params}
+    if len(buffers) != len(params):
+        raise ValueError(f"{symbol}: parameter names repeat")
+    args = []
+    for a in call_args:
+        if isinstance(a, str):
+            if a not in buffers:
+                raise ValueError(f"{symbol}: '{a}' is not a parameter")
+            args.append(buffers[a].data)
+        elif isinstance(a, bool | int):
+            if not -(1 << 31) <= int(a) < (1 << 31):
+                raise ValueError(f"{symbol}: {a} does not fit int32_t")
+            args.append(tirx.const(int(a), "int32"))
+        else:
+            raise ValueError(f"{symbol}: argument {a!r} is neither a parameter nor an int")
+    status = tirx.call_extern("int32", symbol, *args)
+    body = tirx.Evaluate(tirx.call_extern("int32", "mtvg_accel_check", status))
+    func = tirx.PrimFunc([buffers[p.name] for p in params], body)
+    return func.with_attr(ACCELERATOR_ATTR, accelerator).with_attr("op_pattern",
+                                                                   OPAQUE_PATTERN)
+
+
+def int8_op(kind: str):
+    """A pattern for one int8 operator of the integer rewrite (`QuantizedOp.kind`)."""
+    from tvm.relax import dpl
+
+    from generator.accel.api import Pattern
+
+    call = dpl.is_op("relax.call_tir")(dpl.GlobalVarPattern(), dpl.wildcard())
+    return Pattern(kind, call, {"op": call}, int8_kind=kind)
