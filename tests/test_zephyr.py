@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -29,12 +31,33 @@ from generator.project.zephyr import (
 from generator.project_api.client import ProjectClient
 from generator.project_api.handler import ProjectServer
 from generator.resources import templates_dir
-from tests.conftest import YES_NO, archive
+from tests.conftest import YES_NO, archive, shared_path
 
 TEMPLATE = templates_dir() / "zephyr"
 SINE = "gromero-sine-aot-c-v5"
 YES_NO_ARCHIVE = "guberti-yesno-aot-packed-v5"
-ZEPHYR_BOARDS = ["mps2/an385", "qemu_cortex_m3"]
+KWS = "etiss-kws-aot-usmp-tvm0.16"
+# Zephyr QEMU board -> the CRT board with the same core, whose output must be the same bytes.
+QEMU_ZEPHYR_BOARDS = {"mps2/an385": "qemu-mps2-an385", "mps2/an521/cpu0": "qemu-mps2-an505",
+                      "qemu_cortex_m3": "qemu-mps2-an385"}
+
+
+class Physical(NamedTuple):
+    hal: str  # the folder under modules/hal its build needs
+    default: str  # its default west runner, and how that one picks probe SN1
+    default_serial: list[str]
+    other: str  # another west runner it offers
+    other_serial: list[str]
+
+
+OPENOCD_SN1 = ["--cmd-pre-init", "adapter serial SN1"]
+PHYSICAL = {
+    "nucleo_f746zg": Physical("stm32", "openocd", OPENOCD_SN1, "jlink", ["--dev-id", "SN1"]),
+    "nucleo_l4r5zi": Physical("stm32", "openocd", OPENOCD_SN1, "stm32cubeprogrammer", []),
+    "nrf5340dk/nrf5340/cpuapp": Physical("nordic", "nrfjprog", ["--dev-id", "SN1"], "jlink",
+                                         ["--dev-id", "SN1"]),
+}
+ZEPHYR_BOARDS = sorted([*QEMU_ZEPHYR_BOARDS, *PHYSICAL])
 
 
 # ---- Always: no Zephyr tree needed ----------------------------------------------------------
@@ -42,15 +65,32 @@ ZEPHYR_BOARDS = ["mps2/an385", "qemu_cortex_m3"]
 
 def test_board_table():
     table = load_board_table(TEMPLATE)
-    assert sorted(table) == sorted(ZEPHYR_BOARDS)
+    assert sorted(table) == ZEPHYR_BOARDS
     an385 = table["mps2/an385"]
     assert (an385.qemu_machine, an385.qemu_cpu, an385.exit) == ("mps2-an385", "cortex-m3",
                                                                  "semihosting")
     m3 = effective_board(table["qemu_cortex_m3"])
-    assert (m3.platform, m3.ram_bytes, m3.flash_bytes, m3.linker_script) == (
-        "zephyr", 65536, 262144, None)
-    assert m3.qemu is not None and m3.qemu.machine == "lm3s6965evb"
+    assert (m3.name, m3.platform, m3.ram_bytes, m3.flash_bytes, m3.linker_script) == (
+        "qemu_cortex_m3", "zephyr", 65536, 262144, None)
+    assert m3.qemu is not None and m3.qemu.machine == "lm3s6965evb" and m3.flash is None
+    m33 = effective_board(table["mps2/an521/cpu0"])
+    assert m33.qemu is not None and (m33.qemu.machine, m33.qemu.cpu) == ("mps2-an521",
+                                                                         "cortex-m33")
     assert is_zephyr_template(TEMPLATE) and not is_zephyr_template(templates_dir() / "crt")
+
+
+@pytest.mark.parametrize("zboard", sorted(PHYSICAL))
+def test_physical_board_entry(zboard):
+    """A physical board: its link is the probe's serial port, `west flash` puts it on."""
+    default, other = PHYSICAL[zboard].default, PHYSICAL[zboard].other
+    board = effective_board(load_board_table(TEMPLATE)[zboard])
+    assert (board.name, board.runner, board.qemu, board.clock_hz) == (zboard, "serial", None,
+                                                                      None)
+    assert board.flash is not None and board.flash.runner == "west"
+    west = board.flash.runners["west"]
+    assert west["runner"] == default and other in west["runners"]
+    assert board.usb is not None and board.usb.vid in (0x0483, 0x1366)
+    assert "fpu" in board.features and board.arch == "arm"
 
 
 def test_board_table_errors(tmp_path):
@@ -58,8 +98,15 @@ def test_board_table_errors(tmp_path):
     table = json.loads((tmp_path / "t" / "boards.json").read_text())
     table["boards"]["mps2/an385"]["exit"] = "halt"
     (tmp_path / "t" / "boards.json").write_text(json.dumps(table))
-    with pytest.raises(ProjectError, match=r"board 'mps2/an385': exit 'halt' is not one of"):
+    with pytest.raises(ProjectError, match=r"board 'mps2/an385' exit 'halt' is not one of"):
         load_board_table(tmp_path / "t")
+    table["boards"]["mps2/an385"]["exit"] = "reboot"
+    table["boards"]["nucleo_f746zg"]["flash"]["west_runner"] = "stlink"
+    (tmp_path / "t" / "boards.json").write_text(json.dumps(table))
+    with pytest.raises(ProjectError, match=r"board 'nucleo_f746zg' needs flash.west_runner, "
+                       r"one of flash.west_runners"):
+        load_board_table(tmp_path / "t")
+    del table["boards"]["nucleo_f746zg"]["flash"]
     del table["boards"]["mps2/an385"]["ram_bytes"]
     (tmp_path / "t" / "boards.json").write_text(json.dumps(table))
     with pytest.raises(ProjectError, match=r"missing or invalid field 'ram_bytes'"):
@@ -68,6 +115,7 @@ def test_board_table_errors(tmp_path):
 
 @pytest.mark.parametrize("zboard", ZEPHYR_BOARDS)
 def test_render_standalone(tmp_path, zboard):
+    table = load_board_table(TEMPLATE)
     out = tmp_path / "p"
     generate(archive(SINE), zboard, out, template=TEMPLATE)
     cmake = (out / "CMakeLists.txt").read_text()
@@ -76,12 +124,16 @@ def test_render_standalone(tmp_path, zboard):
     assert "target_sources(app PRIVATE" in cmake
     assert "${CMAKE_CURRENT_SOURCE_DIR}/platform/platform.c" in cmake
     assert "${CMAKE_CURRENT_SOURCE_DIR}/app/app.c" in cmake
-    assert "MTVG_ZEPHYR_SEMIHOSTING_EXIT=1" in cmake
+    semihosting = int(table[zboard].exit == "semihosting")
+    assert f"MTVG_ZEPHYR_SEMIHOSTING_EXIT={semihosting}" in cmake
     conf = (out / "prj.conf").read_text().splitlines()
-    stack = load_board_table(TEMPLATE)[zboard].main_stack_bytes
+    stack = table[zboard].main_stack_bytes
     for line in ("CONFIG_UART_INTERRUPT_DRIVEN=y", "CONFIG_UART_CONSOLE=n", "CONFIG_PRINTK=n",
                  "CONFIG_MINIMAL_LIBC=y", f"CONFIG_MAIN_STACK_SIZE={stack}"):
         assert line in conf
+    # Hard float where the stand-in's flags (and so the libm multilib) are hard float.
+    hard = "-mfloat-abi=hard" in cmake
+    assert hard == ("CONFIG_FPU=y" in conf) == ("fpu" in effective_board(table[zboard]).features)
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert [f for f in files if f.startswith("platform/")] == ["platform/mtvg_libm.h",
                                                                "platform/platform.c"]
@@ -141,7 +193,7 @@ def test_server_option_errors(tmp_path):
         server.generate_project(str(archive(SINE)), None, str(tmp_path / "p"),
                                 {"board": "qemu-mps2-an385", "zephyr_board": "mps2/an385"})
     with pytest.raises(BoardError, match=r"unknown Zephyr board 'nrf52840dk/nrf52840'; this "
-                       r"template knows: mps2/an385, qemu_cortex_m3"):
+                       r"template knows: " + ", ".join(ZEPHYR_BOARDS)):
         server.generate_project(str(archive(SINE)), None, str(tmp_path / "p"),
                                 {"board": "nrf52840dk/nrf52840"})
     assert not (tmp_path / "p").exists()
@@ -150,6 +202,49 @@ def test_server_option_errors(tmp_path):
 def test_unknown_board_direct(tmp_path):
     with pytest.raises(BoardError, match="unknown Zephyr board 'qemu-mps2-an385'"):
         generate(archive(SINE), "qemu-mps2-an385", tmp_path / "p", template=TEMPLATE)
+
+
+def test_messages_name_the_zephyr_board(tmp_path, capsys):
+    """Not the stand-in: the fit check, `flash` and project.json name the Zephyr board."""
+    cifar = shared_path("mlf", "esp32-cifar10-aot-usmp-tvm0.14dev", "model.tar")
+    assert main(["generate", str(cifar), "--board", "qemu_cortex_m3", "--template",
+                 str(TEMPLATE), "-o", str(tmp_path / "big")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot fit board 'qemu_cortex_m3'" in err and "qemu-mps2-an385" not in err
+    assert len(err.splitlines()) == 1
+    generate(archive(SINE), "mps2/an385", tmp_path / "q", template=TEMPLATE)
+    assert json.loads((tmp_path / "q/project.json").read_text())["board"] == "mps2/an385"
+    assert main(["flash", str(tmp_path / "q"), "--dry-run"]) == 0
+    assert capsys.readouterr().out == "nothing to flash: board 'mps2/an385' runs in QEMU\n"
+
+
+@pytest.mark.parametrize("zboard", sorted(PHYSICAL))
+def test_flash_dry_run_shows_west_flash(tmp_path, capsys, zboard):
+    spec = PHYSICAL[zboard]
+    project = tmp_path / "p"
+    generate(archive(SINE), zboard, project, template=TEMPLATE)
+    build_dir = str(project.resolve() / "build")
+    west = ["west", "flash", "-d", build_dir, "--skip-rebuild", "--runner"]
+    assert main(["flash", str(project), "--dry-run"]) == 0
+    out = capsys.readouterr()
+    assert out.out == shlex.join([*west, spec.default]) + "\n"
+    assert zboard in out.err or out.err == ""  # "no <board> is connected": its Zephyr name
+    assert main(["flash", str(project), "--dry-run", "--serial-number", "SN1"]) == 0
+    assert capsys.readouterr().out == shlex.join([*west, spec.default,
+                                                  *spec.default_serial]) + "\n"
+    # Another of the board's west runners (stm32cubeprogrammer picks its probe itself).
+    assert main(["flash", str(project), "--dry-run", "--json", "--runner", spec.other,
+                 "--serial-number", "SN1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["command"] == [*west, spec.other, *spec.other_serial]
+    assert (report["board"], report["runner"], report["flashed"]) == (zboard, "west", False)
+    assert report["image"] == f"{build_dir}/zephyr/zephyr.elf"
+    # A runner the board does not offer: one line, exit 2, naming the Zephyr board.
+    assert main(["flash", str(project), "--dry-run", "--runner", "picotool"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"Zephyr board '{zboard}' offers the west runners "
+                        f"{', '.join(load_board_table(TEMPLATE)[zboard].west_runners)}, "
+                        "not 'picotool'") and len(err.splitlines()) == 1
 
 
 def test_build_without_zephyr_base_says_what_to_set(tmp_path):

@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from generator.boards import Board, load_board
+from generator.boards import Board
 from generator.build import BUILD_DIR, FIRMWARE, build
 from generator.device.serial_ports import connected_ports, find_board_port
 from generator.device.uf2 import write_uf2
 from generator.errors import BoardError, DeviceError, ToolchainError
 from generator.project.generate import load_project
+from generator.project.zephyr import board_of_project
 
 UF2_NAME = "firmware.uf2"
 FLASH_LOG = "flash.log"
@@ -218,6 +219,43 @@ class Uf2Copy(Runner):
             raise DeviceError(f"cannot copy {job.uf2} to {drive}: {exc.strerror}") from exc
 
 
+class West(Runner):
+    """`west flash` on a Zephyr build (templates/zephyr): Zephyr's own runner for the board.
+
+    Its options come from the Zephyr board table: `runner` (the default west runner) and
+    `runners` (those the board's board.cmake offers); `--runner openocd` on a Zephyr board
+    picks west's openocd. The build is ours already, so west does not rebuild."""
+
+    name = "west"
+    tool = "west"
+    install_hint = "pip install 'microtvm-gen[zephyr]' (or pip install west); a west workspace"
+    required_options = ("runner", "runners")
+    # How each west runner picks a probe by serial number (none: the tool picks one itself).
+    SERIAL_ARGS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "jlink": ("--dev-id", "{sn}"), "pyocd": ("--dev-id", "{sn}"),
+        "nrfjprog": ("--dev-id", "{sn}"), "nrfutil": ("--dev-id", "{sn}"),
+        "openocd": ("--cmd-pre-init", "adapter serial {sn}")}
+    ZEPHYR_ELF = ("zephyr", "zephyr.elf")  # in the build directory
+
+    def check(self, job: FlashJob) -> None:
+        super().check(job)
+        if job.options["runner"] not in job.options["runners"]:
+            raise BoardError(f"Zephyr board '{job.board.name}' offers the west runners "
+                             f"{', '.join(job.options['runners'])}, not "
+                             f"'{job.options['runner']}'")
+
+    def image_path(self, job: FlashJob) -> Path:
+        return job.elf.parent.joinpath(*self.ZEPHYR_ELF)
+
+    def argv(self, job):
+        runner = job.options["runner"]
+        argv = [self.tool, "flash", "-d", str(job.elf.parent), "--skip-rebuild",
+                "--runner", runner]
+        if job.serial_number:
+            argv += [a.format(sn=job.serial_number) for a in self.SERIAL_ARGS.get(runner, ())]
+        return argv
+
+
 def find_uf2_drive(board_id: str) -> Path | None:
     """A mounted drive whose INFO_UF2.TXT names `board_id` (e.g. 'Board-ID: RPI-RP2')."""
     for pattern in MOUNT_ROOTS:
@@ -230,13 +268,18 @@ def find_uf2_drive(board_id: str) -> Path | None:
     return None
 
 
-RUNNERS: dict[str, type[Runner]] = {r.name: r for r in (OpenOcd, PyOcd, Picotool, Uf2Copy)}
+RUNNERS: dict[str, type[Runner]] = {r.name: r for r in (OpenOcd, PyOcd, Picotool, Uf2Copy,
+                                                         West)}
 
 
 def runner_for(board: Board, name: str | None) -> tuple[Runner, dict]:
-    """The runner `name` (or the board's default) and the board's options for it."""
+    """The runner `name` (or the board's default) and the board's options for it. A board
+    flashed through west (a Zephyr board) takes the name of one of west's runners."""
     assert board.flash is not None
     name = name or board.flash.runner
+    west = board.flash.runners.get(West.name)
+    if west is not None and name != West.name:
+        return West(), {**west, "runner": name}
     if name not in RUNNERS:
         raise BoardError(f"unknown runner '{name}'; runners: {', '.join(RUNNERS)}")
     if name not in board.flash.runners:
@@ -287,7 +330,7 @@ def flash_project(project_dir: Path, runner_name: str | None = None,
     (a dry run without a connected board prints the command without a serial number).
     """
     project_dir = project_dir.resolve()
-    board = load_board(load_project(project_dir)["board"])
+    board = board_of_project(load_project(project_dir))
     if board.flash is None:
         how = {"qemu": "runs in QEMU", "process": "runs as a process on this machine"}.get(
             board.runner, "has no flash runner")

@@ -2,9 +2,10 @@
 
 A template directory that holds a `template.json` with `"renderer": "zephyr"` renders a Zephyr
 4.x application around the same runtime as the CRT template. Its `boards.json` maps Zephyr
-board names (hardware model v2: `mps2/an385`, `qemu_cortex_m3`) to what the generator needs:
+board names (hardware model v2: `mps2/an385`, `nucleo_f746zg`) to what the generator needs:
 a microtvm-gen board that stands in for compiler flags and the archive checks, the memory
-sizes of the Zephyr board, its QEMU machine, stack size and how the firmware exits.
+sizes of the Zephyr board, its QEMU machine or (physical boards) its debug probe's USB ids
+and `west flash` runners, stack size and how the firmware exits.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from generator.boards import Board, QemuSpec, load_board
+from generator.boards import Board, FlashSpec, QemuSpec, UsbSpec, load_board
 from generator.errors import BoardError, ProjectError, ToolchainError
 
 TEMPLATE_FILE = "template.json"
@@ -27,6 +28,8 @@ RENDERER = "zephyr"
 PLATFORM = "zephyr"  # templates/common/platform/zephyr/
 ZEPHYR_ELF = "zephyr/zephyr.elf"  # in the build directory
 EXITS = ("semihosting", "reboot")
+LINKS = ("qemu", "serial")  # QEMU's UART on stdio, or the board's USB serial port
+WEST_RUNNER = "west"  # generator/device/flash.py: `west flash` with one of Zephyr's runners
 ZEPHYR_BASE_HINT = ("set ZEPHYR_BASE to a Zephyr 4.x tree (and ZEPHYR_MODULES to its "
                     "modules/hal/cmsis and modules/lib/cmsis_6 outside a west workspace); "
                     "docs/zephyr.md")
@@ -47,9 +50,21 @@ class ZephyrBoard:
     exit: str
     qemu_machine: str | None = None
     qemu_cpu: str | None = None
+    west_runner: str | None = None  # physical boards: the default `west flash --runner`
+    west_runners: tuple[str, ...] = ()  # the runners the board's board.cmake offers
+    usb_vid: int | None = None  # physical boards: the debug probe carrying the link
+    usb_pids: tuple[int, ...] = ()
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> ZephyrBoard:
+        """The record in project.json (lists back to tuples; older projects lack fields)."""
+        data = dict(data)
+        for key in ("west_runners", "usb_pids"):
+            data[key] = tuple(data.get(key) or ())
+        return cls(**data)
 
 
 def template_info(template_dir: Path | None) -> dict:
@@ -87,24 +102,52 @@ def load_board_table(template_dir: Path) -> dict[str, ZephyrBoard]:
     table = {}
     for name, entry in sorted(data.get("boards", {}).items()):
         try:
-            qemu = entry.get("qemu") or {}
-            board = ZephyrBoard(
-                name=name, description=str(entry["description"]),
-                stand_in=str(entry["stand_in"]), runner=str(entry["runner"]),
-                flash_bytes=int(entry["flash_bytes"]), ram_origin=int(entry["ram_origin"]),
-                ram_bytes=int(entry["ram_bytes"]),
-                main_stack_bytes=int(entry["main_stack_bytes"]), uart=str(entry["uart"]),
-                exit=str(entry["exit"]), qemu_machine=qemu.get("machine"),
-                qemu_cpu=qemu.get("cpu"))
+            board = _table_entry(name, entry)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProjectError(f"{path}: board '{name}': missing or invalid field {exc}") from None
-        if board.exit not in EXITS:
-            raise ProjectError(f"{path}: board '{name}': exit '{board.exit}' is not one of "
-                               f"{', '.join(EXITS)}")
-        if board.runner == "qemu" and not (board.qemu_machine and board.qemu_cpu):
-            raise ProjectError(f"{path}: board '{name}' runs in QEMU but names no qemu machine")
+        problem = _entry_problem(board)
+        if problem:
+            raise ProjectError(f"{path}: board '{name}' {problem}")
         table[name] = board
     return table
+
+
+def _number(value: int | str) -> int:
+    """A JSON number, or a string such as "0x0483" (USB ids read better in hex)."""
+    return value if isinstance(value, int) else int(str(value), 0)
+
+
+def _table_entry(name: str, entry: dict) -> ZephyrBoard:
+    qemu = entry.get("qemu") or {}
+    flash = entry.get("flash") or {}
+    usb = entry.get("usb") or {}
+    return ZephyrBoard(
+        name=name, description=str(entry["description"]),
+        stand_in=str(entry["stand_in"]), runner=str(entry["runner"]),
+        flash_bytes=int(entry["flash_bytes"]), ram_origin=int(entry["ram_origin"]),
+        ram_bytes=int(entry["ram_bytes"]),
+        main_stack_bytes=int(entry["main_stack_bytes"]), uart=str(entry["uart"]),
+        exit=str(entry["exit"]), qemu_machine=qemu.get("machine"), qemu_cpu=qemu.get("cpu"),
+        west_runner=flash.get("west_runner"),
+        west_runners=tuple(str(r) for r in flash.get("west_runners", ())),
+        usb_vid=_number(usb["vid"]) if usb else None,
+        usb_pids=tuple(_number(p) for p in usb.get("pid", ())))
+
+
+def _entry_problem(board: ZephyrBoard) -> str | None:
+    """What is wrong with a checked-in entry (None: nothing)."""
+    if board.exit not in EXITS:
+        return f"exit '{board.exit}' is not one of {', '.join(EXITS)}"
+    if board.runner not in LINKS:
+        return f"runner '{board.runner}' is not one of {', '.join(LINKS)}"
+    if board.runner == "qemu" and not (board.qemu_machine and board.qemu_cpu):
+        return "runs in QEMU but names no qemu machine"
+    if board.runner == "serial":
+        if board.west_runner is None or board.west_runner not in board.west_runners:
+            return "needs flash.west_runner, one of flash.west_runners"
+        if board.usb_vid is None or not board.usb_pids:
+            return "needs usb.vid and usb.pid (its debug probe's serial port carries the link)"
+    return None
 
 
 def zephyr_board(template_dir: Path, name: str) -> ZephyrBoard:
@@ -116,23 +159,36 @@ def zephyr_board(template_dir: Path, name: str) -> ZephyrBoard:
 
 
 def effective_board(zb: ZephyrBoard) -> Board:
-    """The stand-in microtvm-gen board with the Zephyr board's memory, QEMU machine and port."""
+    """The stand-in microtvm-gen board with the Zephyr board's name, memory, QEMU machine or
+    probe and `west flash` runners, and port (messages name the Zephyr board)."""
     base = load_board(zb.stand_in)
-    qemu = base.qemu
-    if zb.runner == "qemu" and qemu is not None:
-        qemu = dataclasses.replace(qemu, machine=zb.qemu_machine, cpu=zb.qemu_cpu, args=())
+    qemu, flash, usb = None, None, None
+    if zb.runner == "qemu" and base.qemu is not None:
+        qemu = dataclasses.replace(base.qemu, machine=zb.qemu_machine, cpu=zb.qemu_cpu, args=())
     elif zb.runner == "qemu":
         qemu = QemuSpec(binary="qemu-system-arm", machine=str(zb.qemu_machine),
                         cpu=str(zb.qemu_cpu))
-    return dataclasses.replace(base, platform=PLATFORM, flash_bytes=zb.flash_bytes,
+    else:
+        flash = FlashSpec(WEST_RUNNER, runners={WEST_RUNNER: {
+            "runner": zb.west_runner, "runners": list(zb.west_runners)}})
+        usb = UsbSpec(int(zb.usb_vid or 0), zb.usb_pids)
+    return dataclasses.replace(base, name=zb.name, description=zb.description,
+                               platform=PLATFORM, runner=zb.runner, flash_bytes=zb.flash_bytes,
                                ram_origin=zb.ram_origin, ram_bytes=zb.ram_bytes,
-                               stack_bytes=zb.main_stack_bytes, qemu=qemu, linker_script=None)
+                               stack_bytes=zb.main_stack_bytes, qemu=qemu, linker_script=None,
+                               flash=flash, usb=usb, flash_origin=None, clock_hz=None)
 
 
 def project_board(project: dict) -> Board:
     """The board a generated Zephyr project runs on (for building, sizes and QEMU)."""
-    zb = ZephyrBoard(**project["zephyr"]["board"])
-    return effective_board(zb)
+    return effective_board(ZephyrBoard.from_json(project["zephyr"]["board"]))
+
+
+def board_of_project(project: dict) -> Board:
+    """The board of any generated project: a Zephyr board, or a board file's."""
+    if "zephyr" in project:
+        return project_board(project)
+    return load_board(project["board"])
 
 
 # ---- Building -----------------------------------------------------------------------------
