@@ -1,0 +1,213 @@
+/*
+ * Test harness for the vanilla device model and driver (tests/test_vanilla_device.py).
+ *
+ *   vanilla_harness CASES OUT
+ *
+ * CASES is a sequence of records (little-endian int32 unless said otherwise):
+ *   op            1 conv2d_f32, 2 conv2d_s8, 3 dense_s8; +0x100: program the registers with
+ *                 vanilla_program_*, apply the overrides, then vanilla_execute("raw")
+ *   nparams, params[nparams]   the functions' int32 arguments, in order
+ *   nbuf, then per buffer (the functions' pointer arguments, in order):
+ *                 kind (0 NULL, 1 data, 2 alias), a, b
+ *                 data:  a = bytes, b = byte offset in its allocation; then a bytes
+ *                 alias: a = index of an earlier buffer, b = byte offset into it
+ *   noverrides, then (register byte offset, value) pairs
+ * OUT gets, per record: status, message length, message, the last buffer's length and
+ * bytes (the output), then STATUS ERR_REG ERR_INDEX ERR_VALUE ERR_LO ERR_HI CMD_SEQ
+ * CNT_ERRORS; at the end the counter count and per counter: name length, name, uint64.
+ * The harness is test code: it allocates each buffer with exactly its size (so ASan sees
+ * any read or write past it).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mtvg/accel.h"
+#include "vanilla.h"
+#include "vanilla_device.h"
+
+#define MAX_PARAMS 32
+#define MAX_BUFFERS 8
+#define MAX_OVERRIDES 16
+#define MAX_COUNTERS 8
+#define RAW_FLAG 0x100
+
+typedef struct {
+  unsigned char* base;
+  unsigned char* data;
+  int32_t bytes;
+  int owned;
+} buffer_t;
+
+static FILE* out_file;
+static struct {
+  char name[32];
+  uint64_t value;
+} counters[MAX_COUNTERS];
+static int counter_count;
+
+static void die(const char* what) {
+  fprintf(stderr, "vanilla_harness: %s\n", what);
+  exit(3);
+}
+
+static int read_i32(FILE* f, int32_t* v) { return fread(v, sizeof(*v), 1, f) == 1; }
+
+static int32_t need_i32(FILE* f) {
+  int32_t v;
+  if (!read_i32(f, &v)) {
+    die("truncated case file");
+  }
+  return v;
+}
+
+static void write_bytes(const void* p, size_t n) {
+  if (n != 0 && fwrite(p, 1, n, out_file) != n) {
+    die("write failed");
+  }
+}
+
+static void write_i32(int32_t v) { write_bytes(&v, sizeof(v)); }
+
+static void emit(const char* accelerator, const char* counter, uint64_t value) {
+  if (strcmp(accelerator, "vanilla") != 0 || counter_count >= MAX_COUNTERS) {
+    die("unexpected counter");
+  }
+  strncpy(counters[counter_count].name, counter, sizeof(counters[0].name) - 1);
+  counters[counter_count].value = value;
+  ++counter_count;
+}
+
+static void* ptr(buffer_t* b) { return b->data; }
+
+static int32_t run(int32_t op, const int32_t* p, int32_t np, buffer_t* b, int32_t nb) {
+  int raw = (op & RAW_FLAG) != 0;
+  switch (op & ~RAW_FLAG) {
+    case 1:
+      if (np != 15 || nb != 4) die("conv2d_f32 takes 15 params and 4 buffers");
+      if (raw) {
+        vanilla_program_conv2d_f32(ptr(&b[0]), ptr(&b[1]), ptr(&b[2]), ptr(&b[3]), p[0], p[1],
+                                   p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11],
+                                   p[12], p[13], p[14]);
+        return -1;
+      }
+      return vanilla_conv2d_f32(ptr(&b[0]), ptr(&b[1]), ptr(&b[2]), ptr(&b[3]), p[0], p[1], p[2],
+                                p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12],
+                                p[13], p[14]);
+    case 2:
+      if (np != 18 || nb != 6) die("conv2d_s8 takes 18 params and 6 buffers");
+      if (raw) {
+        vanilla_program_conv2d_s8(ptr(&b[0]), ptr(&b[1]), ptr(&b[2]), ptr(&b[3]), ptr(&b[4]),
+                                  ptr(&b[5]), p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7],
+                                  p[8], p[9], p[10], p[11], p[12], p[13], p[14], p[15], p[16],
+                                  p[17]);
+        return -1;
+      }
+      return vanilla_conv2d_s8(ptr(&b[0]), ptr(&b[1]), ptr(&b[2]), ptr(&b[3]), ptr(&b[4]),
+                               ptr(&b[5]), p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8],
+                               p[9], p[10], p[11], p[12], p[13], p[14], p[15], p[16], p[17]);
+    case 3:
+      if (np != 7 || nb != 6) die("dense_s8 takes 7 params and 6 buffers");
+      if (raw) {
+        vanilla_program_dense_s8(ptr(&b[0]), ptr(&b[1]), ptr(&b[2]), ptr(&b[3]), ptr(&b[4]),
+                                 ptr(&b[5]), p[0], p[1], p[2], p[3], p[4], p[5], p[6]);
+        return -1;
+      }
+      return vanilla_dense_s8(ptr(&b[0]), ptr(&b[1]), ptr(&b[2]), ptr(&b[3]), ptr(&b[4]),
+                              ptr(&b[5]), p[0], p[1], p[2], p[3], p[4], p[5], p[6]);
+    default:
+      die("unknown op");
+  }
+  return -1;
+}
+
+static void one_record(FILE* in, int32_t op) {
+  int32_t params[MAX_PARAMS];
+  buffer_t buffers[MAX_BUFFERS];
+  int32_t np = need_i32(in);
+  int32_t nb, no, i, status;
+  const char* message;
+  if (np < 0 || np > MAX_PARAMS) die("bad parameter count");
+  for (i = 0; i < np; ++i) params[i] = need_i32(in);
+  nb = need_i32(in);
+  if (nb < 1 || nb > MAX_BUFFERS) die("bad buffer count");
+  memset(buffers, 0, sizeof(buffers));
+  for (i = 0; i < nb; ++i) {
+    int32_t kind = need_i32(in), a = need_i32(in), b = need_i32(in);
+    if (kind == 1) {
+      if (a < 0 || b < 0 || b > 64) die("bad data buffer");
+      buffers[i].base = malloc(a + b > 0 ? (size_t)a + (size_t)b : 1u);
+      if (buffers[i].base == NULL) die("out of memory");
+      buffers[i].data = buffers[i].base + b;
+      buffers[i].bytes = a;
+      buffers[i].owned = 1;
+      if (a != 0 && fread(buffers[i].data, 1, (size_t)a, in) != (size_t)a) die("truncated data");
+    } else if (kind == 2) {
+      if (a < 0 || a >= i || b < 0 || b > buffers[a].bytes) die("bad alias");
+      buffers[i].data = buffers[a].data + b;
+    } else if (kind != 0) {
+      die("bad buffer kind");
+    }
+  }
+  mtvg_accel_clear();
+  status = run(op, params, np, buffers, nb);
+  no = need_i32(in);
+  if (no < 0 || no > MAX_OVERRIDES) die("bad override count");
+  for (i = 0; i < no; ++i) {
+    int32_t offset = need_i32(in), value = need_i32(in);
+    if (!(op & RAW_FLAG) || offset < 0 || offset >= (int32_t)VANILLA_REGS_BYTES || offset % 4)
+      die("bad override");
+    *(volatile uint32_t*)((volatile unsigned char*)VANILLA + offset) = (uint32_t)value;
+  }
+  if (op & RAW_FLAG) {
+    status = mtvg_accel_check(vanilla_execute("raw"));
+  } else {
+    status = mtvg_accel_check(status);
+  }
+  message = mtvg_accel_message();
+  write_i32(status);
+  write_i32((int32_t)strlen(message));
+  write_bytes(message, strlen(message));
+  write_i32(buffers[nb - 1].bytes);
+  write_bytes(buffers[nb - 1].data, (size_t)buffers[nb - 1].bytes);
+  {
+    uint32_t regs[8];
+    regs[0] = VANILLA->STATUS;
+    regs[1] = VANILLA->ERR_REG;
+    regs[2] = VANILLA->ERR_INDEX;
+    regs[3] = VANILLA->ERR_VALUE;
+    regs[4] = VANILLA->ERR_LO;
+    regs[5] = VANILLA->ERR_HI;
+    regs[6] = VANILLA->CMD_SEQ;
+    regs[7] = VANILLA->CNT_ERRORS;
+    write_bytes(regs, sizeof(regs));
+  }
+  for (i = 0; i < nb; ++i) {
+    if (buffers[i].owned) free(buffers[i].base);
+  }
+}
+
+int main(int argc, char** argv) {
+  FILE* in;
+  int32_t op;
+  int i;
+  if (argc != 3) die("usage: vanilla_harness CASES OUT");
+  in = fopen(argv[1], "rb");
+  out_file = fopen(argv[2], "wb");
+  if (in == NULL || out_file == NULL) die("cannot open files");
+  if (VANILLA->ID != VANILLA_ID_VALUE) die("ID register");
+  while (read_i32(in, &op)) {
+    one_record(in, op);
+  }
+  vanilla_counters(emit);
+  write_i32(counter_count);
+  for (i = 0; i < counter_count; ++i) {
+    write_i32((int32_t)strlen(counters[i].name));
+    write_bytes(counters[i].name, strlen(counters[i].name));
+    write_bytes(&counters[i].value, sizeof(counters[i].value));
+  }
+  fclose(in);
+  if (fclose(out_file) != 0) die("close failed");
+  return 0;
+}
