@@ -67,6 +67,7 @@ def _isolated_environment(monkeypatch):
     """Tests never see a user's Zephyr tree or a relocated data folder."""
     monkeypatch.delenv("ZEPHYR_BASE", raising=False)
     monkeypatch.delenv("MICROTVM_GEN_ROOT", raising=False)
+    monkeypatch.delenv("MICROTVM_GEN_ACCELERATOR_PATH", raising=False)
 
 
 def children(pid: int) -> list[int]:

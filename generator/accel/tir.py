@@ -42,7 +42,11 @@ def extern_kernel(accelerator: str, symbol: str, params: list[Param],
         else:
             raise ValueError(f"{symbol}: argument {a!r} is neither a parameter nor an int")
     status = tirx.call_extern("int32", symbol, *args)
-    body = tirx.Evaluate(tirx.call_extern("int32", "mtvg_accel_check", status))
+    call = tirx.Evaluate(tirx.call_extern("int32", "mtvg_accel_check", status))
+    # A root block, as TVM's Relax passes expect of every PrimFunc they inspect.
+    from tvm import s_tir
+
+    body = s_tir.SBlockRealize([], True, s_tir.SBlock([], [], [], "root", call))
     func = tirx.PrimFunc([buffers[p.name] for p in params], body)
     return func.with_attr(ACCELERATOR_ATTR, accelerator).with_attr("op_pattern",
                                                                    OPAQUE_PATTERN)
