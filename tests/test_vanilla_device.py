@@ -400,6 +400,40 @@ def test_dense_s8_matches_tflite_arithmetic(harness, tmp_path):
     assert counters["bytes_out"] == sum(len(r.output) for r in results)
 
 
+def test_requantization_rounding_in_c(harness, tmp_path):
+    """Accumulators chosen one by one (a dense layer of depth 1 whose bias is the sum):
+    every tie of both roundings for small values, left shifts, and random multipliers with
+    outputs inside int8, so each rounding step shows in the result."""
+    rng = np.random.default_rng(9)
+    accs, mults, shifts = [], [], []
+    for shift in range(-6, 1):  # multiplier 2**30: srdhm halves, so odd sums are ties
+        accs += range(-300, 301)
+        mults += [1 << 30] * 601
+        shifts += [shift] * 601
+    for shift in range(1, 4):
+        accs += range(-60, 61)
+        mults += [1 << 30] * 121
+        shifts += [shift] * 121
+    for _ in range(4000):
+        m, s = int(rng.integers(1 << 30, 1 << 31)), int(rng.integers(-14, 1))
+        target = rng.uniform(-127, 127) * 2.0 ** (31 - s) / m
+        accs.append(int(target) + int(rng.integers(-3, 4)))
+        mults.append(m)
+        shifts.append(s)
+    units = len(accs)
+    acc = np.array(accs, np.int64)
+    args = dict(x=np.ones((1, 1), np.int8), w=np.ones((units, 1), np.int8),
+                bias=(acc - 1).astype(np.int32), mult=np.array(mults, np.int32),
+                shift=np.array(shifts, np.int32), in_zp=0, out_zp=0, act=(-128, 127))
+    want = dense_ref(**args)
+    assert want[0].tolist() == np.clip(requantize(acc, args["mult"], args["shift"]), -128,
+                                       127).tolist()
+    assert np.count_nonzero(np.abs(want.astype(int)) < 127) > units * 0.9  # few clamped
+    (r,), _ = run(harness, [dense_call(**args)], tmp_path)
+    assert (r.status, r.message) == (0, "")
+    np.testing.assert_array_equal(np.frombuffer(r.output, np.int8), want[0])
+
+
 # ---- errors -------------------------------------------------------------------------------
 
 def small_s8(rng, **change):
@@ -439,6 +473,8 @@ def test_errors_reach_the_message_and_leave_the_output_alone(harness, tmp_path):
     null_mult.bufs[3] = Buf(None)
     size = s8_call(**small_s8(rng), op=OP_S8 | RAW)
     size.overrides = [(REG["SIZE_W"], 100)]
+    size_over = s8_call(**small_s8(rng), op=OP_S8 | RAW)
+    size_over.overrides = [(REG["SIZE_W"], 200)]
     unused = with_params(f32_call(Conv(4, 4, 1, 1, 1, 1, (1, 1), (0, 0), (1, 1)),
                                   np.ones((1, 4, 4), np.float32), np.ones((1, 1, 1, 1), np.float32),
                                   None, False), p0=1)
@@ -474,6 +510,7 @@ def test_errors_reach_the_message_and_leave_the_output_alone(harness, tmp_path):
         "null multiplier": (null_mult, 2,
                             "vanilla: dense_s8: null address in ADDR_MULT (multiplier)"),
         "size": (size, 3, "vanilla: raw: SIZE_W is 100 bytes, the geometry needs 108"),
+        "size over": (size_over, 3, "vanilla: raw: SIZE_W is 200 bytes, the geometry needs 108"),
         "unused buffer": (unused, 3, "vanilla: raw: SIZE_MULT is 4 bytes, for a buffer the command "
                                    "does not use"),
         "channels": (big_c, 4, "vanilla: conv2d_s8: over the device's limits: "
