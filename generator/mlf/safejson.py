@@ -63,8 +63,14 @@ def load_bounded(text: str, where: str, max_bytes: int = MAX_JSON_BYTES,
         raise MlfError(f"{where}: JSON nested {depth} levels deep, over the limit of "
                        f"{max_depth}")
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_int=_bounded_int,
-                          parse_float=_bounded_float)
+        value = json.loads(text, parse_constant=_no_constant, parse_int=_bounded_int,
+                           parse_float=_bounded_float)
+        # A lone UTF-16 surrogate escape (\\ud800) makes a str that no UTF-8 file can hold:
+        # a name with one would fail much later, when a project is written.
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return value
+    except UnicodeEncodeError as exc:
+        raise MlfError(f"{where}: a string holds a lone UTF-16 surrogate escape") from exc
     except json.JSONDecodeError as exc:
         raise MlfError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
     except (ValueError, RecursionError) as exc:
