@@ -37,8 +37,10 @@ TEMPLATE = templates_dir() / "zephyr"
 SINE = "gromero-sine-aot-c-v5"
 YES_NO_ARCHIVE = "guberti-yesno-aot-packed-v5"
 KWS = "etiss-kws-aot-usmp-tvm0.16"
-# Zephyr QEMU board -> the CRT board with the same core, whose output must be the same bytes.
-QEMU_ZEPHYR_BOARDS = {"mps2/an385": "qemu-mps2-an385", "mps2/an521/cpu0": "qemu-mps2-an505",
+# Zephyr QEMU board -> the CRT board whose output must be the same bytes: one with the same
+# floating point (AN521's CPU0 has no FPU in Zephyr: soft float like the Cortex-M3, while the
+# CRT Cortex-M33 board, qemu-mps2-an505, uses its FPU and fuses multiply-adds).
+QEMU_ZEPHYR_BOARDS = {"mps2/an385": "qemu-mps2-an385", "mps2/an521/cpu0": "qemu-mps2-an385",
                       "qemu_cortex_m3": "qemu-mps2-an385"}
 
 
@@ -76,6 +78,9 @@ def test_board_table():
     m33 = effective_board(table["mps2/an521/cpu0"])
     assert m33.qemu is not None and (m33.qemu.machine, m33.qemu.cpu) == ("mps2-an521",
                                                                          "cortex-m33")
+    # No FPU, no DSP (Zephyr's CPU0): soft float although the stand-in (AN505) is hard float.
+    assert m33.features == () and "-mfloat-abi=soft" in m33.cflags
+    assert not any(f.startswith("-mfpu") for f in m33.cflags + m33.ldflags)
     assert is_zephyr_template(TEMPLATE) and not is_zephyr_template(templates_dir() / "crt")
 
 
@@ -290,6 +295,16 @@ def zephyr_tree(monkeypatch):
     return Path(base)
 
 
+def _use_hal(monkeypatch, tree: Path, hal: str) -> None:
+    """Skip unless the workspace has modules/hal/<hal>; add it to ZEPHYR_MODULES if set."""
+    path = tree.parent / "modules" / "hal" / hal
+    if not path.is_dir():
+        pytest.skip(f"the Zephyr workspace has no {path} (hal_{hal}; docs/zephyr.md)")
+    modules = os.environ.get("ZEPHYR_MODULES")
+    if modules:
+        monkeypatch.setenv("ZEPHYR_MODULES", f"{modules};{path}")
+
+
 def _outputs(project: Path, samples: list[dict[str, np.ndarray]]) -> list[bytes]:
     from generator.run import run_project
 
@@ -307,26 +322,67 @@ def _same_as_crt(tmp_path: Path, model: Path, zboard: str, crt_board: str,
     return zephyr
 
 
-@pytest.mark.parametrize("zboard", ZEPHYR_BOARDS)
+@pytest.mark.parametrize("zboard", sorted(PHYSICAL))
+def test_physical_board_builds(tmp_path, zephyr_tree, monkeypatch, zboard):
+    """Built, not flashed (no hardware here): yes/no, whose softmax links the hard-float libm."""
+    from generator.build import build
+
+    _use_hal(monkeypatch, zephyr_tree, PHYSICAL[zboard].hal)
+    project = tmp_path / "p"
+    generate(archive(YES_NO_ARCHIVE), zboard, project, template=TEMPLATE)
+    result = build(project)
+    entry = load_board_table(TEMPLATE)[zboard]
+    assert 40000 < result.size.flash < entry.flash_bytes
+    assert result.size.ram < entry.ram_bytes
+    config = (project / "build/zephyr/.config").read_text().splitlines()
+    assert f'CONFIG_BOARD_TARGET="{zboard}"' in config and "CONFIG_FPU=y" in config
+    # The board table's west runners are the ones Zephyr's board.cmake configured.
+    runners = (project / "build/zephyr/runners.yaml").read_text()
+    offered = runners.split("runners:\n", 1)[1].split("\n\n", 1)[0].split()
+    assert set(entry.west_runners) <= {r for r in offered if r != "-"}
+
+
+@pytest.mark.parametrize("zboard", sorted(QEMU_ZEPHYR_BOARDS))
 def test_sine_same_bytes_as_crt(tmp_path, zephyr_tree, zboard):
     samples = [{"dense_4_input": np.array([[x]], np.float32)} for x in (0.5, 1.25)]
-    out = _same_as_crt(tmp_path, archive(SINE), zboard, "qemu-mps2-an385", samples)
+    out = _same_as_crt(tmp_path, archive(SINE), zboard, QEMU_ZEPHYR_BOARDS[zboard], samples)
     values = [np.frombuffer(b, np.float32)[0] for b in out]
     assert abs(values[0] - np.sin(0.5)) < 0.1 and abs(values[1] - np.sin(1.25)) < 0.1
     build = json.loads((tmp_path / "zephyr/build/build.json").read_text())
     assert build["size"]["flash"] > 0
 
 
-def test_yes_no_same_bytes_as_crt(tmp_path, zephyr_tree):
+# The models beyond sine: on the Cortex-M3 and the Cortex-M33 (hard float) QEMU boards.
+MODEL_BOARDS = ["mps2/an385", "mps2/an521/cpu0"]
+
+
+@pytest.mark.parametrize("zboard", MODEL_BOARDS)
+def test_yes_no_same_bytes_as_crt(tmp_path, zephyr_tree, zboard):
     samples = [{"Reshape_1": np.fromfile(YES_NO / f"{w}_0a2b400e_nohash_0.raw",
                                          dtype=np.int8).reshape(1, 1960)} for w in ("yes", "no")]
-    out = _same_as_crt(tmp_path, archive(YES_NO_ARCHIVE), "mps2/an385", "qemu-mps2-an385",
+    out = _same_as_crt(tmp_path, archive(YES_NO_ARCHIVE), zboard, QEMU_ZEPHYR_BOARDS[zboard],
                        samples)
     scores = [np.frombuffer(b, np.int8).tolist() for b in out]
     assert scores == [[-128, -127, 126, -127], [-128, -128, -128, 127]]
 
 
-def test_exported_int8_model_same_bytes_as_crt(tmp_path, zephyr_tree):
+@pytest.mark.parametrize("zboard", MODEL_BOARDS)
+def test_kws_same_bytes_as_crt(tmp_path, zephyr_tree, zboard):
+    """micro-kws (TVM 0.16, USMP): the first samples and the two where the archive's own code
+    disagrees with the reference labels (tests/test_end_to_end.py), byte for byte."""
+    from tests.test_end_to_end import KWS_ARCHIVE_DIVERGES, _kws_vectors
+
+    x, _ = _kws_vectors()
+    picked = [0, 1, *sorted(KWS_ARCHIVE_DIVERGES)]
+    out = _same_as_crt(tmp_path, archive(KWS), zboard, QEMU_ZEPHYR_BOARDS[zboard],
+                       [{"input_1": x[i]} for i in picked])
+    for i, raw in zip(picked, out, strict=True):
+        if i in KWS_ARCHIVE_DIVERGES:
+            assert np.frombuffer(raw, np.int8).tolist() == KWS_ARCHIVE_DIVERGES[i]
+
+
+@pytest.mark.parametrize("zboard", MODEL_BOARDS)
+def test_exported_int8_model_same_bytes_as_crt(tmp_path, zephyr_tree, zboard):
     from generator.export.api import export_model
     from tests.tflite_models import (
         QTensor,
@@ -344,10 +400,10 @@ def test_exported_int8_model_same_bytes_as_crt(tmp_path, zephyr_tree):
     (tmp_path / "conv.tflite").write_bytes(conv2d_model(inp, weights, bias, out, (1, 1), "SAME",
                                                         "RELU", (1, 1)))
     export_model(tmp_path / "conv.tflite", tmp_path / "conv.tar")
-    generate(tmp_path / "conv.tar", "mps2/an385", tmp_path / "peek", template=TEMPLATE)
+    generate(tmp_path / "conv.tar", zboard, tmp_path / "peek", template=TEMPLATE)
     spec = json.loads((tmp_path / "peek/project.json").read_text())["module"]["inputs"][0]
     samples = [{spec["name"]: random_input(rng, inp).reshape(spec["shape"])}]
-    result = _same_as_crt(tmp_path, tmp_path / "conv.tar", "mps2/an385", "qemu-mps2-an385",
+    result = _same_as_crt(tmp_path, tmp_path / "conv.tar", zboard, QEMU_ZEPHYR_BOARDS[zboard],
                           samples)
     assert len(result[0]) == 9 * 8 * 5
 

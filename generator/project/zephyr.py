@@ -54,6 +54,9 @@ class ZephyrBoard:
     west_runners: tuple[str, ...] = ()  # the runners the board's board.cmake offers
     usb_vid: int | None = None  # physical boards: the debug probe carrying the link
     usb_pids: tuple[int, ...] = ()
+    # What the core offers as Zephyr configures it ("dsp", "fpu"); None: the stand-in's.
+    # Without "fpu" the build is soft float (Zephyr's CONFIG_FPU=n), whatever the stand-in.
+    features: tuple[str, ...] | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -64,6 +67,8 @@ class ZephyrBoard:
         data = dict(data)
         for key in ("west_runners", "usb_pids"):
             data[key] = tuple(data.get(key) or ())
+        if data.get("features") is not None:
+            data["features"] = tuple(data["features"])
         return cls(**data)
 
 
@@ -131,7 +136,8 @@ def _table_entry(name: str, entry: dict) -> ZephyrBoard:
         west_runner=flash.get("west_runner"),
         west_runners=tuple(str(r) for r in flash.get("west_runners", ())),
         usb_vid=_number(usb["vid"]) if usb else None,
-        usb_pids=tuple(_number(p) for p in usb.get("pid", ())))
+        usb_pids=tuple(_number(p) for p in usb.get("pid", ())),
+        features=tuple(str(f) for f in entry["features"]) if "features" in entry else None)
 
 
 def _entry_problem(board: ZephyrBoard) -> str | None:
@@ -172,11 +178,23 @@ def effective_board(zb: ZephyrBoard) -> Board:
         flash = FlashSpec(WEST_RUNNER, runners={WEST_RUNNER: {
             "runner": zb.west_runner, "runners": list(zb.west_runners)}})
         usb = UsbSpec(int(zb.usb_vid or 0), zb.usb_pids)
+    features, cflags, ldflags = base.features, base.cflags, base.ldflags
+    if zb.features is not None:
+        features = zb.features
+        if "fpu" not in features:
+            cflags, ldflags = _soft_float(cflags), _soft_float(ldflags)
     return dataclasses.replace(base, name=zb.name, description=zb.description,
+                               features=features, cflags=cflags, ldflags=ldflags,
                                platform=PLATFORM, runner=zb.runner, flash_bytes=zb.flash_bytes,
                                ram_origin=zb.ram_origin, ram_bytes=zb.ram_bytes,
                                stack_bytes=zb.main_stack_bytes, qemu=qemu, linker_script=None,
                                flash=flash, usb=usb, flash_origin=None, clock_hz=None)
+
+
+def _soft_float(flags: tuple[str, ...]) -> tuple[str, ...]:
+    """The stand-in's flags for the same core without its FPU (they pick libm's multilib)."""
+    return tuple("-mfloat-abi=soft" if f.startswith("-mfloat-abi=") else f for f in flags
+                 if not f.startswith("-mfpu="))
 
 
 def project_board(project: dict) -> Board:
