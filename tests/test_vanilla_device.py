@@ -16,12 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from generator.boards import load_board
+from generator.device.runner import qemu_argv
 from generator.export.fixedpoint import (
     PyArith,
     multiply_by_quantized_multiplier,
     quantize_multiplier,
 )
-from tests.conftest import REPO
+from tests.conftest import REPO, require_board_tools
 
 DRIVER = REPO / "generator" / "accel" / "vanilla" / "driver"
 COMMON = REPO / "templates" / "common"
@@ -102,6 +104,10 @@ def run(harness: Path, calls: list[Call], tmp_path: Path) -> tuple[list[Result],
     proc = subprocess.run([str(harness), str(cases), str(out)], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
+    return parse_output(out, calls)
+
+
+def parse_output(out: Path, calls: list[Call]) -> tuple[list[Result], dict]:
     data, at = out.read_bytes(), 0
 
     def take(n: int) -> bytes:
@@ -305,15 +311,17 @@ def test_requant_reference_matches_fixedpoint():
     assert got.tolist() == want
 
 
-def test_conv2d_f32_matches_numpy(harness, tmp_path):
-    rng = np.random.default_rng(1)
+def f32_cases(rng) -> list[tuple]:
     cases = []
     for i, g in enumerate([*FIXED_CONVS, *(random_conv(rng) for _ in range(40))]):
         x = rng.standard_normal((g.in_c, g.in_h, g.in_w)).astype(np.float32)
         w = rng.standard_normal((g.out_c, g.in_c, g.k_h, g.k_w)).astype(np.float32)
         bias = None if i % 3 == 2 else rng.standard_normal(g.out_c).astype(np.float32)
         cases.append((g, x, w, bias, i % 2 == 1))
-    results, counters = run(harness, [f32_call(*c) for c in cases], tmp_path)
+    return cases
+
+
+def check_f32(cases: list[tuple], results: list[Result]) -> None:
     for (g, x, w, bias, relu), r in zip(cases, results, strict=True):
         assert (r.status, r.message, r.regs["STATUS"]) == (0, "", STATUS_DONE), g
         got = np.frombuffer(r.output, np.float32).reshape(g.out_c, *g.out_hw)
@@ -325,6 +333,12 @@ def test_conv2d_f32_matches_numpy(harness, tmp_path):
         assert np.all(np.abs(got - want) <= 1e-5 * np.maximum(scale, 1e-30)), g
         if relu:
             assert got.min() >= 0
+
+
+def test_conv2d_f32_matches_numpy(harness, tmp_path):
+    cases = f32_cases(np.random.default_rng(1))
+    results, counters = run(harness, [f32_call(*c) for c in cases], tmp_path)
+    check_f32(cases, results)
     assert counters["commands"] == len(cases)
     assert counters["macs"] == sum(c[0].macs() for c in cases)
     assert counters["bytes_in"] == sum(x.nbytes + w.nbytes + (0 if bias is None else bias.nbytes)
@@ -336,8 +350,7 @@ def test_conv2d_f32_matches_numpy(harness, tmp_path):
 ACT_RANGES = [(-128, 127), (-128, 127), (-20, 127), (-100, 50), (0, 0)]
 
 
-def test_conv2d_s8_matches_tflite_arithmetic(harness, tmp_path):
-    rng = np.random.default_rng(2)
+def s8_cases(rng) -> list[tuple]:
     cases = []
     for i, g in enumerate([*FIXED_CONVS, *(random_conv(rng) for _ in range(60))]):
         x = rng.integers(-128, 128, (g.in_h, g.in_w, g.in_c)).astype(np.int8)
@@ -351,7 +364,10 @@ def test_conv2d_s8_matches_tflite_arithmetic(harness, tmp_path):
         in_zp, out_zp = int(rng.integers(-128, 128)), int(rng.integers(-128, 128))
         act = ACT_RANGES[i % len(ACT_RANGES)]
         cases.append((g, x, w, bias, mult, shift, in_zp, out_zp, act))
-    results, counters = run(harness, [s8_call(*c) for c in cases], tmp_path)
+    return cases
+
+
+def check_s8(cases: list[tuple], results: list[Result]) -> None:
     spread = 0
     for c, r in zip(cases, results, strict=True):
         g = c[0]
@@ -361,6 +377,12 @@ def test_conv2d_s8_matches_tflite_arithmetic(harness, tmp_path):
         np.testing.assert_array_equal(got, want, err_msg=str(g))
         spread += len(np.unique(want))
     assert spread > 10 * len(cases)  # the outputs are not all clamped to one value
+
+
+def test_conv2d_s8_matches_tflite_arithmetic(harness, tmp_path):
+    cases = s8_cases(np.random.default_rng(2))
+    results, counters = run(harness, [s8_call(*c) for c in cases], tmp_path)
+    check_s8(cases, results)
     assert counters["commands"] == len(cases)
     assert counters["macs"] == sum(c[0].macs() for c in cases)
     assert counters["bytes_in"] == sum(
@@ -369,10 +391,9 @@ def test_conv2d_s8_matches_tflite_arithmetic(harness, tmp_path):
     assert counters["bytes_out"] == sum(len(r.output) for r in results)
 
 
-def test_dense_s8_matches_tflite_arithmetic(harness, tmp_path):
+def dense_cases(rng) -> list[tuple]:
     """Random dense layers, then extremes: every shift in [-31, 31], the largest multipliers,
     biases that overflow the int32 accumulator when shifted left."""
-    rng = np.random.default_rng(3)
     cases = []
     for i in range(30):
         batches, depth, units = (int(v) for v in rng.integers(1, [4, 300, 40]))
@@ -390,21 +411,29 @@ def test_dense_s8_matches_tflite_arithmetic(harness, tmp_path):
     mult = rng.integers(0, 1 << 31, units).astype(np.int32)
     mult[:4] = [0, INT32_MAX, 1 << 30, 1]
     cases.append((x, w, bias, mult, shift, 0, 0, (-128, 127)))
-    results, counters = run(harness, [dense_call(*c) for c in cases], tmp_path)
+    return cases
+
+
+def check_dense(cases: list[tuple], results: list[Result]) -> None:
     for c, r in zip(cases, results, strict=True):
         assert (r.status, r.message) == (0, "")
         got = np.frombuffer(r.output, np.int8).reshape(c[0].shape[0], c[1].shape[0])
         np.testing.assert_array_equal(got, dense_ref(*c))
+
+
+def test_dense_s8_matches_tflite_arithmetic(harness, tmp_path):
+    cases = dense_cases(np.random.default_rng(3))
+    results, counters = run(harness, [dense_call(*c) for c in cases], tmp_path)
+    check_dense(cases, results)
     assert counters["commands"] == len(cases)
     assert counters["macs"] == sum(c[0].shape[0] * c[1].size for c in cases)
     assert counters["bytes_out"] == sum(len(r.output) for r in results)
 
 
-def test_requantization_rounding_in_c(harness, tmp_path):
+def rounding_case(rng) -> tuple:
     """Accumulators chosen one by one (a dense layer of depth 1 whose bias is the sum):
     every tie of both roundings for small values, left shifts, and random multipliers with
     outputs inside int8, so each rounding step shows in the result."""
-    rng = np.random.default_rng(9)
     accs, mults, shifts = [], [], []
     for shift in range(-6, 1):  # multiplier 2**30: srdhm halves, so odd sums are ties
         accs += range(-300, 301)
@@ -422,16 +451,18 @@ def test_requantization_rounding_in_c(harness, tmp_path):
         shifts.append(s)
     units = len(accs)
     acc = np.array(accs, np.int64)
-    args = dict(x=np.ones((1, 1), np.int8), w=np.ones((units, 1), np.int8),
-                bias=(acc - 1).astype(np.int32), mult=np.array(mults, np.int32),
-                shift=np.array(shifts, np.int32), in_zp=0, out_zp=0, act=(-128, 127))
-    want = dense_ref(**args)
-    assert want[0].tolist() == np.clip(requantize(acc, args["mult"], args["shift"]), -128,
-                                       127).tolist()
+    case = (np.ones((1, 1), np.int8), np.ones((units, 1), np.int8), (acc - 1).astype(np.int32),
+            np.array(mults, np.int32), np.array(shifts, np.int32), 0, 0, (-128, 127))
+    want = dense_ref(*case)
+    assert want[0].tolist() == np.clip(requantize(acc, case[3], case[4]), -128, 127).tolist()
     assert np.count_nonzero(np.abs(want.astype(int)) < 127) > units * 0.9  # few clamped
-    (r,), _ = run(harness, [dense_call(**args)], tmp_path)
-    assert (r.status, r.message) == (0, "")
-    np.testing.assert_array_equal(np.frombuffer(r.output, np.int8), want[0])
+    return case
+
+
+def test_requantization_rounding_in_c(harness, tmp_path):
+    case = rounding_case(np.random.default_rng(9))
+    results, _ = run(harness, [dense_call(*case)], tmp_path)
+    check_dense([case], results)
 
 
 # ---- errors -------------------------------------------------------------------------------
@@ -464,8 +495,8 @@ def with_params(call: Call, **by_index: int) -> Call:
     return call
 
 
-def test_errors_reach_the_message_and_leave_the_output_alone(harness, tmp_path):
-    rng = np.random.default_rng(4)
+def error_cases(rng) -> dict[str, tuple[Call, int, str | re.Pattern]]:
+    """One good call, then calls that fail: name -> (call, status, message)."""
     ok = s8_call(**small_s8(rng))
     null_in = s8_call(**small_s8(rng))
     null_in.bufs[0] = Buf(None)
@@ -504,7 +535,7 @@ def test_errors_reach_the_message_and_leave_the_output_alone(harness, tmp_path):
     overlap = dense_call(**small_dense(rng))
     overlap.bufs[5] = Buf(None, offset=8, alias_of=0)
     batches = with_params(dense_call(**small_dense(rng)), p0=0)
-    calls = {
+    return {
         "ok": (ok, 0, ""),
         "null input": (null_in, 2, "vanilla: conv2d_s8: null address in ADDR_IN (input)"),
         "null multiplier": (null_mult, 2,
@@ -538,8 +569,10 @@ def test_errors_reach_the_message_and_leave_the_output_alone(harness, tmp_path):
         "batches": (batches, 4, "vanilla: dense_s8: over the device's limits: "
                                 "BATCHES = 0 is outside [1, 256]"),
     }
-    results, counters = run(harness, [c for c, _, _ in calls.values()], tmp_path)
-    for (name, (call, code, message)), r in zip(calls.items(), results, strict=True):
+
+
+def check_errors(cases: dict, results: list[Result]) -> None:
+    for (name, (call, code, message)), r in zip(cases.items(), results, strict=True):
         assert r.status == code, (name, r)
         if isinstance(message, str):
             assert r.message == message, name
@@ -549,6 +582,13 @@ def test_errors_reach_the_message_and_leave_the_output_alone(harness, tmp_path):
             assert r.regs["STATUS"] == STATUS_ERROR | code << 8, name
             if call.bufs[-1].data is not None:
                 assert r.output == call.bufs[-1].data, f"{name}: the output was written"
+
+
+def test_errors_reach_the_message_and_leave_the_output_alone(harness, tmp_path):
+    rng = np.random.default_rng(4)
+    calls = error_cases(rng)
+    results, counters = run(harness, [c for c, _, _ in calls.values()], tmp_path)
+    check_errors(calls, results)
     assert results[-1].regs["CNT_ERRORS"] == len(calls) - 1
     assert results[-1].regs["CMD_SEQ"] == len(calls)
     assert counters["commands"] == 1  # failed commands count nothing
@@ -653,3 +693,70 @@ def test_driver_compiles_for_cortex_m(tmp_path, cpu):
     assert undefined - libgcc - defined == {"mtvg_accel_error"}
     assert {"vanilla_conv2d_f32", "vanilla_conv2d_s8", "vanilla_dense_s8", "vanilla_counters",
             "vanilla_device_clock", "vanilla_mmio"} <= defined
+
+
+# ---- on the boards' cores in QEMU -----------------------------------------------------------
+
+def build_for_board(board: str, cases: bytes, out: Path) -> Path:
+    """The harness with its cases compiled in, for a QEMU board (its port, flags, memory)."""
+    spec = load_board(board)
+    (out / "vanilla_cases.h").write_text(
+        "static const unsigned char vanilla_cases[] = {"
+        + ",".join(str(v) for v in cases) + "};\n"
+        "static const size_t vanilla_cases_bytes = sizeof(vanilla_cases);\n")
+    port = COMMON / "platform" / spec.platform
+    sources = [HARNESS, *DRIVER_SOURCES, COMMON / "src" / "accel.c", *sorted(port.glob("*.c"))]
+    objects = []
+    for src in sources:
+        objects.append(out / f"{src.stem}.o")
+        subprocess.run([spec.tool("gcc"), *spec.cflags, "-O2", "-std=c99", "-Wall", "-Wextra",
+                        "-Werror", "-DVANILLA_HARNESS_EMBEDDED", "-I", str(out), "-I", str(DRIVER),
+                        "-I", str(COMMON / "include"), "-c", str(src), "-o", str(objects[-1])],
+                       check=True)
+    memory = {"MTVG_FLASH_ORIGIN": spec.flash_origin, "MTVG_FLASH_SIZE": spec.flash_bytes,
+              "MTVG_RAM_ORIGIN": spec.ram_origin, "MTVG_RAM_SIZE": spec.ram_bytes,
+              "MTVG_STACK_SIZE": spec.stack_bytes}
+    elf = out / "harness.elf"
+    subprocess.run([spec.tool("gcc"), *map(str, objects), "-T", str(port / spec.linker_script),
+                    *(f"-Wl,--defsym={k}={v}" for k, v in memory.items() if v is not None),
+                    *spec.ldflags, *(f"-l{lib}" for lib in spec.libs), "-o", str(elf)],
+                   check=True)
+    return elf
+
+
+def run_in_qemu(board: str, calls: list[Call], tmp_path: Path) -> tuple[list[Result], dict]:
+    elf = build_for_board(board, b"".join(c.encode() for c in calls), tmp_path)
+    proc = subprocess.run(qemu_argv(load_board(board), elf), capture_output=True,
+                          stdin=subprocess.DEVNULL, timeout=300)
+    console = proc.stdout.decode(errors="replace")
+    assert proc.returncode == 0 and "END" in console.splitlines(), \
+        console[-2000:] + proc.stderr.decode(errors="replace")
+    data = bytes.fromhex("".join(line[2:] for line in console.splitlines()
+                                 if line.startswith("H ")))
+    out = tmp_path / "qemu_out.bin"
+    out.write_bytes(data)
+    return parse_output(out, calls)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("board", ["qemu-mps2-an385", "qemu-mps2-an386", "qemu-riscv32"])
+def test_on_32_bit_cores_in_qemu(board, harness, tmp_path):
+    """The same cases on Cortex-M3 (soft float), Cortex-M4F and RV32IMAC: 32-bit addresses
+    (ADDR_x_HI = 0), the cores' own float and 64-bit arithmetic. Results, messages and
+    counters equal the references and the host's."""
+    require_board_tools(board)
+    rng = np.random.default_rng(11)
+    f32, s8, dense = f32_cases(rng), s8_cases(rng), dense_cases(rng)
+    dense.append(rounding_case(rng))
+    errors = error_cases(rng)
+    calls = [*(f32_call(*c) for c in f32), *(s8_call(*c) for c in s8),
+             *(dense_call(*c) for c in dense), *(c for c, _, _ in errors.values())]
+    results, counters = run_in_qemu(board, calls, tmp_path)
+    check_f32(f32, results[:len(f32)])
+    check_s8(s8, results[len(f32):len(f32) + len(s8)])
+    check_dense(dense, results[len(f32) + len(s8):len(f32) + len(s8) + len(dense)])
+    check_errors(errors, results[-len(errors):])
+    (tmp_path / "host").mkdir()
+    _, host_counters = run(harness, calls, tmp_path / "host")
+    assert counters == host_counters
+    assert counters["commands"] == len(f32) + len(s8) + len(dense) + 1

@@ -17,11 +17,20 @@
  * CNT_ERRORS; at the end the counter count and per counter: name length, name, uint64.
  * The harness is test code: it allocates each buffer with exactly its size (so ASan sees
  * any read or write past it).
+ *
+ * Built with -DVANILLA_HARNESS_EMBEDDED for a board (QEMU), it takes CASES from the
+ * generated header vanilla_cases.h (vanilla_cases[], vanilla_cases_bytes), prints OUT on
+ * the board's link (its UART, QEMU's stdout) as lines "H <hex>" followed by "END", and
+ * takes buffers from a static arena instead of the heap (the RISC-V port has none).
  */
 #include <stdint.h>
+#include <string.h>
+#ifdef VANILLA_HARNESS_EMBEDDED
+#include "mtvg/platform.h"
+#else
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
+#endif
 
 #include "mtvg/accel.h"
 #include "vanilla.h"
@@ -40,32 +49,115 @@ typedef struct {
   int owned;
 } buffer_t;
 
-static FILE* out_file;
 static struct {
   char name[32];
   uint64_t value;
 } counters[MAX_COUNTERS];
 static int counter_count;
 
+#ifdef VANILLA_HARNESS_EMBEDDED
+#include "vanilla_cases.h"
+
+#define HEX_LINE_BYTES 48
+#define ARENA_BYTES (512u * 1024u)
+
+static unsigned char arena[ARENA_BYTES];
+static size_t arena_used;
+
+static void console(const char* text) {
+  (void)mtvg_link_write((const uint8_t*)text, strlen(text));
+}
+
+static void die(const char* what) {
+  console("DIE ");
+  console(what);
+  console("\n");
+  mtvg_link_flush();
+  mtvg_platform_exit(3);
+}
+
+static void* harness_alloc(size_t n) {
+  void* p;
+  n = (n + 7u) & ~(size_t)7u;
+  if (n > ARENA_BYTES - arena_used) return NULL;
+  p = arena + arena_used;
+  arena_used += n;
+  return p;
+}
+
+static void harness_free(void* p) {
+  (void)p;
+  arena_used = 0; /* one record's buffers at a time */
+}
+
+static size_t in_at;
+static unsigned char hex_pending[HEX_LINE_BYTES];
+static size_t hex_used;
+
+static int take(void* dst, size_t n) {
+  if (n > vanilla_cases_bytes - in_at) {
+    return 0;
+  }
+  memcpy(dst, vanilla_cases + in_at, n);
+  in_at += n;
+  return 1;
+}
+
+static void flush_hex(void) {
+  static const char digits[] = "0123456789abcdef";
+  char line[2 + 2 * HEX_LINE_BYTES + 2];
+  size_t i, at = 0;
+  if (hex_used == 0) return;
+  line[at++] = 'H';
+  line[at++] = ' ';
+  for (i = 0; i < hex_used; ++i) {
+    line[at++] = digits[hex_pending[i] >> 4];
+    line[at++] = digits[hex_pending[i] & 0xF];
+  }
+  line[at++] = '\n';
+  line[at] = '\0';
+  console(line);
+  hex_used = 0;
+}
+
+static void write_bytes(const void* p, size_t n) {
+  const unsigned char* bytes = p;
+  size_t i;
+  for (i = 0; i < n; ++i) {
+    hex_pending[hex_used++] = bytes[i];
+    if (hex_used == HEX_LINE_BYTES) flush_hex();
+  }
+}
+#else
+static FILE* in_file;
+static FILE* out_file;
+
 static void die(const char* what) {
   fprintf(stderr, "vanilla_harness: %s\n", what);
   exit(3);
 }
 
-static int read_i32(FILE* f, int32_t* v) { return fread(v, sizeof(*v), 1, f) == 1; }
+static void* harness_alloc(size_t n) { return malloc(n); }
 
-static int32_t need_i32(FILE* f) {
-  int32_t v;
-  if (!read_i32(f, &v)) {
-    die("truncated case file");
-  }
-  return v;
-}
+static void harness_free(void* p) { free(p); }
+
+static int take(void* dst, size_t n) { return fread(dst, 1, n, in_file) == n; }
 
 static void write_bytes(const void* p, size_t n) {
   if (n != 0 && fwrite(p, 1, n, out_file) != n) {
     die("write failed");
   }
+}
+#endif
+
+static int read_i32(int32_t* v) { return take(v, sizeof(*v)); }
+
+static int32_t need_i32(void) {
+  int32_t v;
+  if (!read_i32(&v)) {
+    die("truncated case file");
+  }
+  return v;
 }
 
 static void write_i32(int32_t v) { write_bytes(&v, sizeof(v)); }
@@ -122,27 +214,27 @@ static int32_t run(int32_t op, const int32_t* p, int32_t np, buffer_t* b, int32_
   return -1;
 }
 
-static void one_record(FILE* in, int32_t op) {
+static void one_record(int32_t op) {
   int32_t params[MAX_PARAMS];
   buffer_t buffers[MAX_BUFFERS];
-  int32_t np = need_i32(in);
+  int32_t np = need_i32();
   int32_t nb, no, i, status;
   const char* message;
   if (np < 0 || np > MAX_PARAMS) die("bad parameter count");
-  for (i = 0; i < np; ++i) params[i] = need_i32(in);
-  nb = need_i32(in);
+  for (i = 0; i < np; ++i) params[i] = need_i32();
+  nb = need_i32();
   if (nb < 1 || nb > MAX_BUFFERS) die("bad buffer count");
   memset(buffers, 0, sizeof(buffers));
   for (i = 0; i < nb; ++i) {
-    int32_t kind = need_i32(in), a = need_i32(in), b = need_i32(in);
+    int32_t kind = need_i32(), a = need_i32(), b = need_i32();
     if (kind == 1) {
       if (a < 0 || b < 0 || b > 64) die("bad data buffer");
-      buffers[i].base = malloc(a + b > 0 ? (size_t)a + (size_t)b : 1u);
+      buffers[i].base = harness_alloc(a + b > 0 ? (size_t)a + (size_t)b : 1u);
       if (buffers[i].base == NULL) die("out of memory");
       buffers[i].data = buffers[i].base + b;
       buffers[i].bytes = a;
       buffers[i].owned = 1;
-      if (a != 0 && fread(buffers[i].data, 1, (size_t)a, in) != (size_t)a) die("truncated data");
+      if (a != 0 && !take(buffers[i].data, (size_t)a)) die("truncated data");
     } else if (kind == 2) {
       if (a < 0 || a >= i || b < 0 || b > buffers[a].bytes) die("bad alias");
       buffers[i].data = buffers[a].data + b;
@@ -152,10 +244,10 @@ static void one_record(FILE* in, int32_t op) {
   }
   mtvg_accel_clear();
   status = run(op, params, np, buffers, nb);
-  no = need_i32(in);
+  no = need_i32();
   if (no < 0 || no > MAX_OVERRIDES) die("bad override count");
   for (i = 0; i < no; ++i) {
-    int32_t offset = need_i32(in), value = need_i32(in);
+    int32_t offset = need_i32(), value = need_i32();
     if (!(op & RAW_FLAG) || offset < 0 || offset >= (int32_t)VANILLA_REGS_BYTES || offset % 4)
       die("bad override");
     *(volatile uint32_t*)((volatile unsigned char*)VANILLA + offset) = (uint32_t)value;
@@ -184,22 +276,12 @@ static void one_record(FILE* in, int32_t op) {
     write_bytes(regs, sizeof(regs));
   }
   for (i = 0; i < nb; ++i) {
-    if (buffers[i].owned) free(buffers[i].base);
+    if (buffers[i].owned) harness_free(buffers[i].base);
   }
 }
 
-int main(int argc, char** argv) {
-  FILE* in;
-  int32_t op;
+static void write_counters(void) {
   int i;
-  if (argc != 3) die("usage: vanilla_harness CASES OUT");
-  in = fopen(argv[1], "rb");
-  out_file = fopen(argv[2], "wb");
-  if (in == NULL || out_file == NULL) die("cannot open files");
-  if (VANILLA->ID != VANILLA_ID_VALUE) die("ID register");
-  while (read_i32(in, &op)) {
-    one_record(in, op);
-  }
   vanilla_counters(emit);
   write_i32(counter_count);
   for (i = 0; i < counter_count; ++i) {
@@ -207,7 +289,36 @@ int main(int argc, char** argv) {
     write_bytes(counters[i].name, strlen(counters[i].name));
     write_bytes(&counters[i].value, sizeof(counters[i].value));
   }
-  fclose(in);
+}
+
+#ifdef VANILLA_HARNESS_EMBEDDED
+int main(void) {
+  int32_t op;
+  mtvg_platform_init();
+  if (VANILLA->ID != VANILLA_ID_VALUE) die("ID register");
+  while (read_i32(&op)) {
+    one_record(op);
+  }
+  write_counters();
+  flush_hex();
+  console("END\n");
+  mtvg_link_flush();
+  return 0;
+}
+#else
+int main(int argc, char** argv) {
+  int32_t op;
+  if (argc != 3) die("usage: vanilla_harness CASES OUT");
+  in_file = fopen(argv[1], "rb");
+  out_file = fopen(argv[2], "wb");
+  if (in_file == NULL || out_file == NULL) die("cannot open files");
+  if (VANILLA->ID != VANILLA_ID_VALUE) die("ID register");
+  while (read_i32(&op)) {
+    one_record(op);
+  }
+  write_counters();
+  fclose(in_file);
   if (fclose(out_file) != 0) die("close failed");
   return 0;
 }
+#endif
