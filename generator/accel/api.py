@@ -102,6 +102,7 @@ class Lowering:
     func: Any  # tvm.tirx.PrimFunc
     constants: list[np.ndarray] = field(default_factory=list)
     macs: int = 0  # multiply-accumulates the call does (for reports)
+    scratch_bytes: int = 0  # working memory the driver call needs (see Driver.scratch_define)
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,9 @@ class Driver:
     defines: dict[str, str | int] = field(default_factory=dict)
     external: tuple[ExternalSources, ...] = ()
     counters: str | None = None
+    # A define that receives the most scratch bytes any lowered call declared: the driver
+    # sizes its own static scratch region with it (at least 1).
+    scratch_define: str | None = None
 
 
 @dataclass(frozen=True)

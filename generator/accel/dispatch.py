@@ -20,6 +20,7 @@ class Offloaded:
     pattern: str
     kernel: str
     macs: int
+    scratch_bytes: int = 0
 
 
 @dataclass
@@ -122,7 +123,8 @@ class _Offloader:
         args = [*match.inputs, *(relax.const(np.ascontiguousarray(c))
                                   for c in lowering.constants)]
         self.report.offloaded.append(Offloaded(plugin.name, pattern.name, name,
-                                               int(lowering.macs)))
+                                               int(lowering.macs),
+                                               int(lowering.scratch_bytes)))
         return relax.call_tir(gv, args, relax.TensorType(match.output_shape,
                                                          match.output_dtype))
 

@@ -102,6 +102,7 @@ def _accelerators_meta(lowered, accelerators: list[Selected]) -> list[dict]:
     for s in accelerators:
         mine = [o for o in lowered.offload.offloaded if o.accelerator == s.name]
         out.append({"name": s.name, "options": s.options,
+                    "scratch_bytes": max((o.scratch_bytes for o in mine), default=0),
                     "operators": [{"pattern": o.pattern, "kernel": o.kernel, "macs": o.macs}
                                   for o in mine]})
     return out

@@ -152,6 +152,7 @@ class AcceleratorUse:
     options: dict[str, str | int | bool | None]
     operators: int
     macs: int
+    scratch_bytes: int = 0
 
 
 @dataclass(frozen=True)

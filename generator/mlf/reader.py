@@ -331,8 +331,13 @@ def _v8_accelerators(info: dict, where: str) -> list[AcceleratorUse]:
                 for o in ops):
             raise MlfError(f"{where}: accelerator '{entry['name']}' operators are not a list "
                            "of objects with integer 'macs'")
+        scratch = entry.get("scratch_bytes", 0)
+        if not isinstance(scratch, int) or isinstance(scratch, bool) \
+                or not 0 <= scratch < 2**31:
+            raise MlfError(f"{where}: accelerator '{entry['name']}' scratch_bytes is not a "
+                           "size")
         out.append(AcceleratorUse(entry["name"], dict(options), len(ops),
-                                  sum(o.get("macs", 0) for o in ops)))
+                                  sum(o.get("macs", 0) for o in ops), scratch))
     if len({a.name for a in out}) != len(out):
         raise MlfError(f"{where}: an accelerator is listed twice")
     return out

@@ -78,7 +78,10 @@ def project_accelerators(module: ModuleInfo, board: Board, origin: str,
         if not isinstance(driver, Driver):
             raise ProjectError(f"accelerator '{use.name}': driver() must return a "
                                "generator.accel.Driver")
-        builds.append(_build(use.name, driver))
+        build = _build(use.name, driver)
+        if driver.scratch_define:
+            build.defines[driver.scratch_define] = str(max(1, use.scratch_bytes))
+        builds.append(build)
     return builds
 
 
@@ -119,6 +122,10 @@ def _build(name: str, driver: Driver) -> AcceleratorBuild:
             raise ProjectError(f"{where}: define {key}={text!r} is not an identifier with a "
                                "number or identifier value")
         build.defines[key] = text
+    if driver.scratch_define is not None and \
+            not C_IDENTIFIER_RE.fullmatch(driver.scratch_define):
+        raise ProjectError(f"{where}: scratch define {driver.scratch_define!r} is not a C "
+                           "identifier")
     if driver.counters is not None and not C_IDENTIFIER_RE.fullmatch(driver.counters):
         raise ProjectError(f"{where}: counters hook {driver.counters!r} is not a C identifier")
     build.counters = driver.counters

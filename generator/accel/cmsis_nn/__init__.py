@@ -1,0 +1,220 @@
+"""`cmsis-nn`: int8 operators through Arm's CMSIS-NN kernels, built from a CMSIS-NN source
+tree the user names (`--target-cmsis-nn-path`, or `CMSIS_NN_PATH`; generate's `--cmsis-nn`).
+
+The driver (driver/mtvg_cmsis_nn.c) fills CMSIS-NN's parameter structs and calls
+arm_convolve_wrapper_s8, arm_depthwise_conv_wrapper_s8, arm_fully_connected_s8,
+arm_avgpool_s8, arm_max_pool_s8, arm_elementwise_add_s8 and arm_softmax_s8. CMSIS-NN picks
+its DSP or MVE code paths from the compiler's target (-mcpu), so the same plugin serves
+every Cortex-M; on the host it builds CMSIS-NN's portable C.
+"""
+
+from __future__ import annotations
+
+from math import prod
+from pathlib import Path
+
+from generator.accel import (
+    Accelerator,
+    Driver,
+    ExternalSources,
+    Lowering,
+    Match,
+    Option,
+    Param,
+    Pattern,
+    extern_kernel,
+    int8_op,
+)
+from generator.accel.vanilla import valid_taps
+from generator.errors import ProjectError
+
+DRIVER_DIR = Path(__file__).resolve().parent / "driver"
+PATH_ENV = "CMSIS_NN_PATH"
+MARKER = Path("Include") / "arm_nnfunctions.h"
+SCRATCH_SLACK = 64
+MVE_DEPTHWISE_CHANNEL_BLOCK = 128  # more than CMSIS-NN's CH_IN_BLOCK_MVE
+
+
+def _align(n: int, to: int) -> int:
+    return (n + to - 1) // to * to
+
+
+def conv_scratch(col: int) -> int:
+    """At least what arm_convolve_wrapper_s8_get_buffer_size asks for a column of `col`
+    int8 values on any core (DSP: two int16 columns; MVE: four padded columns)."""
+    return 4 * _align(col, 16) + SCRATCH_SLACK
+
+
+class CmsisNN(Accelerator):
+    name = "cmsis-nn"
+    description = "int8 operators through Arm CMSIS-NN (a source tree you name)"
+    options = (
+        Option("path", "path", None, "the CMSIS-NN source tree (Include/, Source/)",
+               env=PATH_ENV),
+    )
+
+    def patterns(self, options):
+        from tvm.relax import dpl
+
+        x = dpl.wildcard()
+        pool = dpl.is_op("relax.nn.max_pool2d")(x)
+        return [
+            int8_op("conv2d"),
+            int8_op("depthwise_conv2d"),
+            _checked(int8_op("dense"), self._check_dense),
+            int8_op("avg_pool2d"),
+            _checked(int8_op("add"), self._check_add),
+            int8_op("softmax"),
+            Pattern("max_pool2d", pool, {"x": x, "pool": pool}, ("x",),
+                    check=self._check_max_pool),
+        ]
+
+    @staticmethod
+    def _check_dense(m: Match) -> str | None:
+        mult = m.op.tensors["multiplier"]
+        shift = m.op.tensors["shift"]
+        if (mult != mult[0]).any() or (shift != shift[0]).any():
+            return "per-channel fully connected (CMSIS-NN v7's arm_fully_connected_s8 is " \
+                   "per-tensor)"
+        return None
+
+    @staticmethod
+    def _check_add(m: Match) -> str | None:
+        a, b = m.op.input_shapes
+        if tuple(a) != tuple(b) or tuple(a) != tuple(m.op.output_shape):
+            return "broadcasting add (arm_elementwise_add_s8 takes equal shapes)"
+        return None
+
+    @staticmethod
+    def _check_max_pool(m: Match) -> str | None:
+        a = m.attrs("pool")
+        if m.input_dtypes[0] != "int8" or str(a.layout) != "NHWC" or a.ceil_mode \
+                or any(int(d) != 1 for d in a.dilation) or m.input_shapes[0][0] != 1:
+            return "max pool that is not int8 NHWC batch 1 without dilation"
+        return None
+
+    def lower(self, m: Match, options) -> Lowering:
+        if m.op is None:
+            return self._max_pool(m)
+        op = m.op
+        kind = op.kind
+        p = op.params
+        if kind in ("conv2d", "depthwise_conv2d"):
+            return self._conv(m, depthwise=kind == "depthwise_conv2d")
+        if kind == "dense":
+            t = op.tensors
+            batches, k = op.input_shapes[0]
+            units = op.output_shape[1]
+            params = _int8_params(op)
+            func = extern_kernel(self.name, "mtvg_cmsis_nn_dense_s8", params, [
+                "input", "weights", "bias", "multiplier", "shift", "output", batches, k,
+                units, p["input_zero_point"], p["output_zero_point"], p["act_min"],
+                p["act_max"]])
+            return Lowering(func, [t["weights"], t["bias"], t["multiplier"], t["shift"]],
+                            batches * k * units, 4 * units + SCRATCH_SLACK)
+        if kind == "avg_pool2d":
+            _, h, w, c = op.input_shapes[0]
+            _, oh, ow, _ = op.output_shape
+            (ph, pw), (sh, sw) = p["pool_size"], p["strides"]
+            func = extern_kernel(self.name, "mtvg_cmsis_nn_avgpool_s8", _io(op), [
+                "input", "output", h, w, c, oh, ow, ph, pw, sh, sw, p["padding"][0],
+                p["padding"][1], p["act_min"], p["act_max"]])
+            return Lowering(func, [], 0, 4 * c + SCRATCH_SLACK)
+        if kind == "add":
+            size = prod(op.output_shape)
+            za, zb = p["input_zero_points"]
+            params = [Param("a", op.input_shapes[0], "int8"),
+                      Param("b", op.input_shapes[1], "int8"),
+                      Param("output", op.output_shape, "int8")]
+            func = extern_kernel(self.name, "mtvg_cmsis_nn_add_s8", params, [
+                "a", "b", "output", size, -za, p["multipliers"][0], p["shifts"][0], -zb,
+                p["multipliers"][1], p["shifts"][1], p["left_shift"], p["output_zero_point"],
+                p["output_multiplier"], p["output_shift"], p["act_min"], p["act_max"]])
+            return Lowering(func)
+        if kind == "softmax":
+            shape = op.input_shapes[0]
+            func = extern_kernel(self.name, "mtvg_cmsis_nn_softmax_s8", _io(op), [
+                "input", "output", prod(shape[:-1]), shape[-1], p["multiplier"], p["shift"],
+                p["diff_min"]])
+            return Lowering(func)
+        raise ValueError(f"no lowering for {kind}")
+
+    def _conv(self, m: Match, depthwise: bool) -> Lowering:
+        op = m.op
+        t, p = op.tensors, op.params
+        _, h, w, c = op.input_shapes[0]
+        _, oh, ow, o = op.output_shape
+        kh, kw = t["weights"].shape[:2] if depthwise else t["weights"].shape[1:3]
+        (sh, sw), (dh, dw) = p["strides"], p["dilation"]
+        pt, pl = p["padding"][0], p["padding"][1]
+        symbol = "mtvg_cmsis_nn_depthwise_conv2d_s8" if depthwise else "mtvg_cmsis_nn_conv2d_s8"
+        func = extern_kernel(self.name, symbol, _int8_params(op), [
+            "input", "weights", "bias", "multiplier", "shift", "output", h, w, c, oh, ow, o,
+            kh, kw, sh, sw, pt, pl, dh, dw, p["input_zero_point"], p["output_zero_point"],
+            p["act_min"], p["act_max"]])
+        taps = valid_taps(oh, h, kh, sh, pt, dh) * valid_taps(ow, w, kw, sw, pl, dw)
+        if depthwise:
+            macs = o * taps
+            scratch = conv_scratch(kh * kw * max(c, MVE_DEPTHWISE_CHANNEL_BLOCK)) + o * kh * kw
+        else:
+            macs = o * c * taps
+            scratch = conv_scratch(c * kh * kw)
+        return Lowering(func, [t["weights"], t["bias"], t["multiplier"], t["shift"]], macs,
+                        scratch)
+
+    def _max_pool(self, m: Match) -> Lowering:
+        a = m.attrs("pool")
+        _, h, w, c = m.input_shapes[0]
+        _, oh, ow, _ = m.output_shape
+        (ph, pw), (sh, sw) = _pair(a.pool_size), _pair(a.strides)
+        params = [Param("input", m.input_shapes[0], "int8"),
+                  Param("output", m.output_shape, "int8")]
+        func = extern_kernel(self.name, "mtvg_cmsis_nn_maxpool_s8", params, [
+            "input", "output", h, w, c, oh, ow, ph, pw, sh, sw, int(a.padding[0]),
+            int(a.padding[1]), -128, 127])
+        return Lowering(func)
+
+    def driver(self, options, board) -> Driver:
+        raw = options.get("path")
+        if not raw:
+            raise ProjectError(f"the model calls CMSIS-NN; say where its source tree is with "
+                               f"--cmsis-nn PATH (generate), --target-cmsis-nn-path (export) "
+                               f"or {PATH_ENV}")
+        root = Path(raw).expanduser().resolve()
+        if not (root / MARKER).is_file() or not (root / "Source").is_dir():
+            raise ProjectError(f"{root} is not a CMSIS-NN source tree (no {MARKER} and "
+                               "Source/)")
+        return Driver(DRIVER_DIR, sources=("mtvg_cmsis_nn.c",), headers=("mtvg_cmsis_nn.h",),
+                      external=(ExternalSources("cmsis-nn", root, ("Source/*/*.c",),
+                                                ("Include",)),),
+                      counters="mtvg_cmsis_nn_counters",
+                      scratch_define="MTVG_CMSIS_NN_SCRATCH_BYTES")
+
+
+def _int8_params(op) -> list[Param]:
+    t = op.tensors
+    return [Param("input", op.input_shapes[0], "int8"),
+            Param("weights", t["weights"].shape, "int8"),
+            Param("bias", t["bias"].shape, "int32"),
+            Param("multiplier", t["multiplier"].shape, "int32"),
+            Param("shift", t["shift"].shape, "int32"),
+            Param("output", op.output_shape, "int8")]
+
+
+def _io(op) -> list[Param]:
+    return [Param("input", op.input_shapes[0], "int8"),
+            Param("output", op.output_shape, "int8")]
+
+
+def _checked(pattern: Pattern, check) -> Pattern:
+    from dataclasses import replace
+
+    return replace(pattern, check=check)
+
+
+def _pair(values) -> tuple[int, int]:
+    v = [int(x) for x in values]
+    return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+
+
+accelerator = CmsisNN
