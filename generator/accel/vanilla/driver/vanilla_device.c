@@ -94,26 +94,18 @@ static uint32_t check_range(uint32_t code, uint32_t reg, int32_t lo, int32_t hi,
 
 /* ---- checks on START ------------------------------------------------------------------- */
 
-static uint32_t check_conv_geometry(void) {
-  static const struct {
-    uint32_t reg;
-    int32_t lo, hi;
-  } limits[] = {
-      {REG(IN_C), 1, VANILLA_MAX_CHANNELS},      {REG(IN_H), 1, VANILLA_MAX_DIM},
-      {REG(IN_W), 1, VANILLA_MAX_DIM},           {REG(OUT_C), 1, VANILLA_MAX_CHANNELS},
-      {REG(OUT_H), 1, VANILLA_MAX_DIM},          {REG(OUT_W), 1, VANILLA_MAX_DIM},
-      {REG(K_H), 1, VANILLA_MAX_KERNEL},         {REG(K_W), 1, VANILLA_MAX_KERNEL},
-      {REG(STRIDE_H), 1, VANILLA_MAX_STRIDE},    {REG(STRIDE_W), 1, VANILLA_MAX_STRIDE},
-      {REG(PAD_TOP), 0, VANILLA_MAX_PAD},        {REG(PAD_LEFT), 0, VANILLA_MAX_PAD},
-      {REG(DIL_H), 1, VANILLA_MAX_DILATION},     {REG(DIL_W), 1, VANILLA_MAX_DILATION},
-  };
-  int32_t* fields[] = {&job.in_c,     &job.in_h,     &job.in_w,    &job.out_c,   &job.out_h,
-                       &job.out_w,    &job.k_h,      &job.k_w,     &job.stride_h, &job.stride_w,
-                       &job.pad_top,  &job.pad_left, &job.dil_h,   &job.dil_w};
+/* A geometry register: where it goes in the job and its allowed range. */
+typedef struct {
+  uint32_t reg;
+  int32_t lo, hi;
+  int32_t* field;
+} limit_t;
+
+static uint32_t check_limits(const limit_t* limits, size_t count) {
   size_t i;
-  for (i = 0; i < sizeof(limits) / sizeof(limits[0]); ++i) {
-    uint32_t code =
-        check_range(VANILLA_ERR_LIMIT, limits[i].reg, limits[i].lo, limits[i].hi, fields[i]);
+  for (i = 0; i < count; ++i) {
+    uint32_t code = check_range(VANILLA_ERR_LIMIT, limits[i].reg, limits[i].lo, limits[i].hi,
+                                limits[i].field);
     if (code != VANILLA_ERR_NONE) {
       return code;
     }
@@ -121,17 +113,28 @@ static uint32_t check_conv_geometry(void) {
   return VANILLA_ERR_NONE;
 }
 
-static uint32_t check_dense_geometry(void) {
-  uint32_t code = check_range(VANILLA_ERR_LIMIT, REG(IN_C), 1, VANILLA_MAX_DENSE_DEPTH,
-                              &job.in_c);
-  if (code == VANILLA_ERR_NONE) {
-    code = check_range(VANILLA_ERR_LIMIT, REG(OUT_C), 1, VANILLA_MAX_DENSE_UNITS, &job.out_c);
-  }
-  if (code == VANILLA_ERR_NONE) {
-    code = check_range(VANILLA_ERR_LIMIT, REG(BATCHES), 1, VANILLA_MAX_BATCHES, &job.batches);
-  }
-  return code;
-}
+static const limit_t conv_limits[] = {
+    {REG(IN_C), 1, VANILLA_MAX_CHANNELS, &job.in_c},
+    {REG(IN_H), 1, VANILLA_MAX_DIM, &job.in_h},
+    {REG(IN_W), 1, VANILLA_MAX_DIM, &job.in_w},
+    {REG(OUT_C), 1, VANILLA_MAX_CHANNELS, &job.out_c},
+    {REG(OUT_H), 1, VANILLA_MAX_DIM, &job.out_h},
+    {REG(OUT_W), 1, VANILLA_MAX_DIM, &job.out_w},
+    {REG(K_H), 1, VANILLA_MAX_KERNEL, &job.k_h},
+    {REG(K_W), 1, VANILLA_MAX_KERNEL, &job.k_w},
+    {REG(STRIDE_H), 1, VANILLA_MAX_STRIDE, &job.stride_h},
+    {REG(STRIDE_W), 1, VANILLA_MAX_STRIDE, &job.stride_w},
+    {REG(PAD_TOP), 0, VANILLA_MAX_PAD, &job.pad_top},
+    {REG(PAD_LEFT), 0, VANILLA_MAX_PAD, &job.pad_left},
+    {REG(DIL_H), 1, VANILLA_MAX_DILATION, &job.dil_h},
+    {REG(DIL_W), 1, VANILLA_MAX_DILATION, &job.dil_w},
+};
+
+static const limit_t dense_limits[] = {
+    {REG(IN_C), 1, VANILLA_MAX_DENSE_DEPTH, &job.in_c},
+    {REG(OUT_C), 1, VANILLA_MAX_DENSE_UNITS, &job.out_c},
+    {REG(BATCHES), 1, VANILLA_MAX_BATCHES, &job.batches},
+};
 
 static uint32_t check_quant_params(void) {
   uint32_t code = check_range(VANILLA_ERR_BAD_PARAM, REG(IN_ZP), INT8_LOWEST, INT8_HIGHEST,
@@ -263,16 +266,16 @@ static uint32_t latch(void) {
   job.relu = (vanilla_mmio.FLAGS & VANILLA_FLAGS_RELU) != 0u;
   switch (job.cmd) {
     case VANILLA_CMD_CONV2D_F32:
-      code = check_conv_geometry();
+      code = check_limits(conv_limits, sizeof(conv_limits) / sizeof(conv_limits[0]));
       break;
     case VANILLA_CMD_CONV2D_S8:
-      code = check_conv_geometry();
+      code = check_limits(conv_limits, sizeof(conv_limits) / sizeof(conv_limits[0]));
       if (code == VANILLA_ERR_NONE) {
         code = check_quant_params();
       }
       break;
     case VANILLA_CMD_DENSE_S8:
-      code = check_dense_geometry();
+      code = check_limits(dense_limits, sizeof(dense_limits) / sizeof(dense_limits[0]));
       if (code == VANILLA_ERR_NONE) {
         code = check_quant_params();
       }
@@ -354,6 +357,7 @@ static void tap_range(int32_t origin, int32_t dilation, int32_t kernel, int32_t 
 
 /* acc = bias, then + input·weight over (ic, kh, kw) in that order, in float32. */
 static uint64_t run_conv2d_f32(void) {
+  const int32_t dil_w = job.dil_w;
   const float* in = (const float*)job.addr[BUF_IN];
   const float* w = (const float*)job.addr[BUF_W];
   const float* bias = (const float*)job.addr[BUF_BIAS];
@@ -376,7 +380,7 @@ static uint64_t run_conv2d_f32(void) {
                                         (size_t)job.in_w;
             const float* taps = w + (((size_t)oc * job.in_c + ic) * job.k_h + kh) * job.k_w;
             for (kw = kw0; kw < kw1; ++kw) {
-              float product = row[x0 + kw * job.dil_w] * taps[kw];
+              float product = row[x0 + kw * dil_w] * taps[kw];
               acc += product;
             }
           }
@@ -393,6 +397,8 @@ static uint64_t run_conv2d_f32(void) {
 }
 
 static uint64_t run_conv2d_s8(void) {
+  const int32_t in_c = job.in_c; /* locals: the int8 output stores may alias job */
+  const int32_t in_zp = job.in_zp;
   const int8_t* in = (const int8_t*)job.addr[BUF_IN];
   const int8_t* w = (const int8_t*)job.addr[BUF_W];
   const int32_t* bias = (const int32_t*)job.addr[BUF_BIAS];
@@ -415,8 +421,8 @@ static uint64_t run_conv2d_s8(void) {
             const int8_t* pixel =
                 in + ((size_t)y * job.in_w + (size_t)(x0 + kw * job.dil_w)) * job.in_c;
             const int8_t* taps = w + (((size_t)oc * job.k_h + kh) * job.k_w + kw) * job.in_c;
-            for (ic = 0; ic < job.in_c; ++ic) {
-              acc += (uint32_t)((pixel[ic] - job.in_zp) * taps[ic]);
+            for (ic = 0; ic < in_c; ++ic) {
+              acc += (uint32_t)((pixel[ic] - in_zp) * taps[ic]);
             }
           }
         }
@@ -429,6 +435,8 @@ static uint64_t run_conv2d_s8(void) {
 }
 
 static uint64_t run_dense_s8(void) {
+  const int32_t in_c = job.in_c; /* locals: the int8 output stores may alias job */
+  const int32_t in_zp = job.in_zp;
   const int8_t* in = (const int8_t*)job.addr[BUF_IN];
   const int8_t* w = (const int8_t*)job.addr[BUF_W];
   const int32_t* bias = (const int32_t*)job.addr[BUF_BIAS];
@@ -439,8 +447,8 @@ static uint64_t run_dense_s8(void) {
     for (u = 0; u < job.out_c; ++u) {
       const int8_t* taps = w + (size_t)u * job.in_c;
       uint32_t acc = bias != NULL ? (uint32_t)bias[u] : 0u;
-      for (d = 0; d < job.in_c; ++d) {
-        acc += (uint32_t)((row[d] - job.in_zp) * taps[d]);
+      for (d = 0; d < in_c; ++d) {
+        acc += (uint32_t)((row[d] - in_zp) * taps[d]);
       }
       out[(size_t)b * job.out_c + u] = requantize(acc, u);
     }
