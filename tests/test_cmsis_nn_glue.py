@@ -47,22 +47,77 @@ BIG_SCRATCH = 65536
 OPS = {"conv2d": 0, "depthwise": 1, "dense": 2, "avgpool": 3, "maxpool": 4, "add": 5,
        "softmax": 6, "sizes": 7, "counters": 8}
 
-HARNESS = r"""
-/* Reads cases (whitespace-separated integers) on stdin, runs one driver call per case and
- * prints "<status> <outputs...>|<message>" per case. Exact-size heap arrays let ASan see
- * any access outside a tensor. */
+DISPATCH = r"""
 #include <stdio.h>
-#include <stdlib.h>
 #include "mtvg_cmsis_nn.h"
 #include "arm_nnfunctions.h"
 
 #define MAX_SCALARS 32
 #define MAX_ARRAYS 6
 
+/* One driver call: op (OPS in the test), its scalars, its arrays (NULL = none). */
+static int32_t run_case(long op, const int32_t* s, const void* const* arr, int8_t* out) {
+  const int8_t* i8 = arr[0];
+  switch (op) {
+    case 0:
+    case 1:
+      return (op == 0 ? mtvg_cmsis_nn_conv2d_s8 : mtvg_cmsis_nn_depthwise_conv2d_s8)(
+          i8, arr[1], arr[2], arr[3], arr[4], out, s[0], s[1], s[2], s[3], s[4], s[5], s[6],
+          s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15], s[16], s[17]);
+    case 2:
+      return mtvg_cmsis_nn_dense_s8(i8, arr[1], arr[2], arr[3], arr[4], out, s[0], s[1], s[2],
+                                    s[3], s[4], s[5], s[6]);
+    case 3:
+    case 4:
+      return (op == 3 ? mtvg_cmsis_nn_avgpool_s8 : mtvg_cmsis_nn_maxpool_s8)(
+          i8, out, s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11],
+          s[12]);
+    case 5:
+      return mtvg_cmsis_nn_add_s8(i8, arr[1], out, s[0], s[1], s[2], s[3], s[4], s[5], s[6],
+                                  s[7], s[8], s[9], s[10], s[11], s[12]);
+    case 6:
+      return mtvg_cmsis_nn_softmax_s8(i8, out, s[0], s[1], s[2], s[3], s[4]);
+    default:
+      return -1;
+  }
+}
+"""
+
+HARNESS = DISPATCH + r"""
+/* Reads cases (whitespace-separated integers) on stdin, runs one driver call per case and
+ * prints "<status> <outputs...>|<message>" per case. Exact-size heap arrays let ASan see
+ * any access outside a tensor. */
+#include <stdlib.h>
+
 static int read_int(long* v) { return scanf("%ld", v) == 1; }
 
 static void emit(const char* accel, const char* name, uint64_t value) {
   printf("%s.%s=%llu ", accel, name, (unsigned long long)value);
+}
+
+/* CMSIS-NN's scratch needs for a conv geometry: conv, depthwise, dense, avgpool x
+ * plain, dsp, mve builds. */
+static void print_sizes(const int32_t* s) {
+  const cmsis_nn_conv_params cp = {0, 0, {s[9], s[8]}, {s[11], s[10]}, {s[13], s[12]},
+                                   {-128, 127}};
+  const cmsis_nn_dw_conv_params dp = {0, 0, s[5] / s[2], {s[9], s[8]}, {s[11], s[10]},
+                                      {s[13], s[12]}, {-128, 127}};
+  const cmsis_nn_dims in = {1, s[0], s[1], s[2]}, outd = {1, s[3], s[4], s[5]};
+  const cmsis_nn_dims cf = {s[5], s[6], s[7], s[2]}, df = {1, s[6], s[7], s[5]};
+  const cmsis_nn_dims ff = {s[2], 1, 1, s[5]};
+  printf("%ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld",
+         (long)arm_convolve_wrapper_s8_get_buffer_size(&cp, &in, &cf, &outd),
+         (long)arm_convolve_wrapper_s8_get_buffer_size_dsp(&cp, &in, &cf, &outd),
+         (long)arm_convolve_wrapper_s8_get_buffer_size_mve(&cp, &in, &cf, &outd),
+         (long)arm_depthwise_conv_wrapper_s8_get_buffer_size(&dp, &in, &df, &outd),
+         (long)arm_depthwise_conv_wrapper_s8_get_buffer_size_dsp(&dp, &in, &df, &outd),
+         (long)arm_depthwise_conv_wrapper_s8_get_buffer_size_mve(&dp, &in, &df, &outd),
+         (long)arm_fully_connected_s8_get_buffer_size(&ff),
+         (long)arm_fully_connected_s8_get_buffer_size_dsp(&ff),
+         (long)arm_fully_connected_s8_get_buffer_size_mve(&ff),
+         (long)arm_avgpool_s8_get_buffer_size(s[4], s[2]),
+         (long)arm_avgpool_s8_get_buffer_size_dsp(s[4], s[2]),
+         (long)arm_avgpool_s8_get_buffer_size_mve(s[4], s[2]));
 }
 
 int main(void) {
@@ -85,63 +140,14 @@ int main(void) {
     }
     if (!read_int(&len)) return 2;
     int8_t* out = len > 0 ? calloc((size_t)len, 1) : NULL;
-    int32_t st = 0;
     mtvg_accel_clear();
-    const int8_t* i8 = arr[0];
-    switch (op) {
-      case 0:
-      case 1:
-        st = (op == 0 ? mtvg_cmsis_nn_conv2d_s8 : mtvg_cmsis_nn_depthwise_conv2d_s8)(
-            i8, arr[1], arr[2], arr[3], arr[4], out, s[0], s[1], s[2], s[3], s[4], s[5], s[6],
-            s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15], s[16], s[17]);
-        break;
-      case 2:
-        st = mtvg_cmsis_nn_dense_s8(i8, arr[1], arr[2], arr[3], arr[4], out, s[0], s[1], s[2],
-                                    s[3], s[4], s[5], s[6]);
-        break;
-      case 3:
-      case 4:
-        st = (op == 3 ? mtvg_cmsis_nn_avgpool_s8 : mtvg_cmsis_nn_maxpool_s8)(
-            i8, out, s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11],
-            s[12]);
-        break;
-      case 5:
-        st = mtvg_cmsis_nn_add_s8(i8, arr[1], out, s[0], s[1], s[2], s[3], s[4], s[5], s[6],
-                                  s[7], s[8], s[9], s[10], s[11], s[12]);
-        break;
-      case 6:
-        st = mtvg_cmsis_nn_softmax_s8(i8, out, s[0], s[1], s[2], s[3], s[4]);
-        break;
-      case 7: { /* CMSIS-NN's scratch needs: conv, depthwise, dense, avgpool x plain, dsp, mve */
-        const cmsis_nn_conv_params cp = {0, 0, {s[9], s[8]}, {s[11], s[10]}, {s[13], s[12]},
-                                         {-128, 127}};
-        const cmsis_nn_dw_conv_params dp = {0, 0, s[5] / s[2], {s[9], s[8]}, {s[11], s[10]},
-                                            {s[13], s[12]}, {-128, 127}};
-        const cmsis_nn_dims in = {1, s[0], s[1], s[2]}, outd = {1, s[3], s[4], s[5]};
-        const cmsis_nn_dims cf = {s[5], s[6], s[7], s[2]}, df = {1, s[6], s[7], s[5]};
-        const cmsis_nn_dims ff = {s[2], 1, 1, s[5]};
-        printf("%ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld",
-               (long)arm_convolve_wrapper_s8_get_buffer_size(&cp, &in, &cf, &outd),
-               (long)arm_convolve_wrapper_s8_get_buffer_size_dsp(&cp, &in, &cf, &outd),
-               (long)arm_convolve_wrapper_s8_get_buffer_size_mve(&cp, &in, &cf, &outd),
-               (long)arm_depthwise_conv_wrapper_s8_get_buffer_size(&dp, &in, &df, &outd),
-               (long)arm_depthwise_conv_wrapper_s8_get_buffer_size_dsp(&dp, &in, &df, &outd),
-               (long)arm_depthwise_conv_wrapper_s8_get_buffer_size_mve(&dp, &in, &df, &outd),
-               (long)arm_fully_connected_s8_get_buffer_size(&ff),
-               (long)arm_fully_connected_s8_get_buffer_size_dsp(&ff),
-               (long)arm_fully_connected_s8_get_buffer_size_mve(&ff),
-               (long)arm_avgpool_s8_get_buffer_size(s[4], s[2]),
-               (long)arm_avgpool_s8_get_buffer_size_dsp(s[4], s[2]),
-               (long)arm_avgpool_s8_get_buffer_size_mve(s[4], s[2]));
-        break;
-      }
-      case 8:
-        mtvg_cmsis_nn_counters(emit);
-        break;
-      default:
-        return 2;
-    }
-    if (op < 7) {
+    if (op == 7) {
+      print_sizes(s);
+    } else if (op == 8) {
+      mtvg_cmsis_nn_counters(emit);
+    } else {
+      const void* in[MAX_ARRAYS] = {arr[0], arr[1], arr[2], arr[3], arr[4], arr[5]};
+      int32_t st = run_case(op, s, in, out);
       mtvg_accel_check(st); /* as the generated kernel does */
       printf("%ld", (long)st);
       for (long i = 0; i < len; ++i) printf(" %d", out[i]);
@@ -789,3 +795,191 @@ def test_driver_cross_compiles_and_links(tmp_path, core):
         assert f" {name}\n" in symbols
     if core == "cortex-m55":  # the MVE build computes the dense kernel sums first
         assert " arm_vector_sum_s8\n" in symbols
+
+
+# ---- the DSP and MVE kernels, run in QEMU --------------------------------------------------
+
+# Each board's CMSIS-NN build: plain C (M3), DSP (M4, M7, M33), MVE (M55).
+QEMU_CORES = {"qemu-mps2-an385": "plain", "qemu-mps2-an386": "dsp", "qemu-mps2-an500": "dsp",
+              "qemu-mps2-an505": "dsp", "qemu-mps3-an547": "mve"}
+
+FIRMWARE_MAIN = DISPATCH + r"""
+#include <string.h>
+#include "mtvg/platform.h"
+#include "cases.h"
+
+static int8_t out[CASE_OUT_MAX];
+
+static void emit(const char* accel, const char* name, uint64_t value) {
+  printf("counter %s.%s %lu\n", accel, name, (unsigned long)value);
+}
+
+/* Runs every case, compares with TFLite's outputs computed by the test, prints one line a
+ * case (status, outputs that differ, largest difference, timer ticks) on semihosting. */
+int main(void) {
+  mtvg_platform_init();
+  int failed = 0;
+  for (int i = 0; i < CASE_COUNT; ++i) {
+    const struct test_case* c = &cases[i];
+    memset(out, 0, sizeof(out));
+    mtvg_accel_clear();
+    uint64_t start = mtvg_timer_ticks();
+    int32_t st = mtvg_accel_check(run_case(c->op, c->scalars, c->arrays, out));
+    uint64_t ticks = mtvg_timer_ticks() - start;
+    long differ = 0, worst = 0;
+    for (long j = 0; j < c->out_len; ++j) {
+      long d = (long)out[j] - (long)c->want[j];
+      d = d < 0 ? -d : d;
+      differ += d != 0;
+      worst = d > worst ? d : worst;
+    }
+    printf("case %d status %ld differ %ld worst %ld ticks %lu |%s\n", i, (long)st, differ, worst,
+           (unsigned long)ticks, mtvg_accel_message());
+    failed += st != 0 || differ != 0;
+  }
+  mtvg_cmsis_nn_counters(emit);
+  printf("done %d\n", failed);
+  fflush(stdout);
+  return failed != 0;
+}
+"""
+
+
+def _c_values(a: np.ndarray) -> str:
+    return ", ".join(map(str, a.reshape(-1).tolist()))
+
+
+def embed_cases(calls: list[Call], expected: list[np.ndarray]) -> str:
+    """The cases as C constants for the firmware (cases.h)."""
+    lines = ["#include <stdint.h>", "struct test_case { long op; const int32_t* scalars; "
+             "const void* arrays[MAX_ARRAYS]; long out_len; const int8_t* want; };"]
+    rows = []
+    for i, (call, want) in enumerate(zip(calls, expected, strict=True)):
+        lines.append(f"static const int32_t s{i}[] = {{{_c_values(np.array(call.scalars))}}};")
+        names = []
+        for j, a in enumerate(call.arrays):
+            if a is None or a.size == 0:
+                names.append("NULL")
+                continue
+            ctype = "int8_t" if a.dtype == np.int8 else "int32_t"
+            lines.append(f"static const {ctype} a{i}_{j}[] = {{{_c_values(a)}}};")
+            names.append(f"a{i}_{j}")
+        lines.append(f"static const int8_t w{i}[] = {{{_c_values(want.astype(np.int8))}}};")
+        rows.append(f"  {{{OPS[call.op]}, s{i}, {{{', '.join(names)}}}, {call.out_len}, w{i}}},")
+    lines += ["static const struct test_case cases[] = {", *rows, "};",
+              f"#define CASE_COUNT {len(calls)}",
+              f"#define CASE_OUT_MAX {max(c.out_len for c in calls)}"]
+    return "\n".join(lines) + "\n"
+
+
+def call_bound(call: Call, core: str) -> int:
+    """scratch_bound for one call."""
+    s = call.scalars
+    if call.op in ("conv2d", "depthwise"):
+        return scratch_bound(call.op, core, in_c=s[2], out_c=s[5], k_h=s[6], k_w=s[7],
+                             out_w=s[4], pad_left=s[11])
+    if call.op == "dense":
+        return scratch_bound("dense", core, in_c=s[1], out_c=s[2], k_h=1, k_w=1, out_w=1,
+                             pad_left=0)
+    if call.op == "avgpool":
+        return scratch_bound("avgpool", core, in_c=s[2], out_c=s[2], k_h=s[5], k_w=s[6],
+                             out_w=s[4], pad_left=s[10])
+    return 0
+
+
+def one_by_n_cases(rng) -> list[Conv]:
+    """1xN kernels on one-row inputs (CMSIS-NN's arm_convolve_1_x_n_s8 on MVE): every width,
+    kernel, stride and padding of a small grid, and a padding TFLite's SAME would not split
+    so (all before the input: pad_left 0, two columns after)."""
+    cases = []
+    for in_w in range(7, 13):
+        for k in range(2, 6):
+            for stride in (1, 2, 3):
+                for same in (True, False):
+                    cases.append(random_conv(rng, False, in_hw=(1, in_w), in_c=2 if stride == 2
+                                             else 4, k_hw=(1, k), stride=(1, stride),
+                                             same=same, out_c=3))
+    odd = random_conv(rng, False, in_hw=(1, 8), in_c=4, k_hw=(1, 3), out_c=3)
+    odd.out_hw, odd.pad = (1, 8), (0, 0)
+    return [*cases, odd]
+
+
+def firmware_cases() -> tuple[list[Call], list[np.ndarray]]:
+    """The host tests' cases, plus shapes that reach the MVE kernels' block loops."""
+    rng = np.random.default_rng(30)
+    convs = [*conv_cases(rng), *depthwise_cases(rng),
+             random_conv(rng, False, in_hw=(5, 5), in_c=19, k_hw=(3, 3), out_c=6),
+             random_conv(rng, True, in_hw=(3, 4), in_c=130, k_hw=(3, 3)),
+             random_conv(rng, True, in_hw=(6, 6), in_c=1, k_hw=(3, 3), multiplier=3)]
+    convs += one_by_n_cases(rng)
+    calls = [c.call() for c in convs]
+    expected = [c.reference() for c in convs]
+    others = [dense_case(rng, 1, 16, 4, False), dense_case(rng, 2, 37, 10, True),
+              dense_case(rng, 1, 130, 7, True), dense_case(rng, 3, 64, 12, False),
+              pool_case(rng, "avgpool", (7, 7), 4, (3, 3), (2, 2), True),
+              pool_case(rng, "avgpool", (9, 9), 20, (3, 3), (1, 1), True),
+              pool_case(rng, "maxpool", (8, 8), 3, (2, 2), (2, 2), False),
+              pool_case(rng, "maxpool", (7, 6), 17, (3, 2), (2, 1), True),
+              add_case(rng, 7), add_case(rng, 64), add_case(rng, 257)]
+    for call, want in others:
+        calls.append(call)
+        expected.append(want)
+    for rows, size, scale in [(3, 7, 0.05), (2, 33, 0.25), (1, 200, 0.02)]:
+        x = rng.integers(-128, 128, (rows, size), dtype=np.int8)
+        mult, shift, diff_min = softmax_params(scale)
+        calls.append(Call("softmax", [rows, size, mult, shift, diff_min], [x], rows * size))
+        expected.append(softmax_reference(x, mult, shift, diff_min))
+    return calls, expected
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+@pytest.mark.parametrize("board_name", list(QEMU_CORES))
+def test_cmsis_nn_kernels_bit_exact_in_qemu(tmp_path, board_name):
+    """The driver with CMSIS-NN's DSP (M4/M7/M33) and MVE (M55) kernels, in QEMU, against
+    the same TFLite references; the scratch buffer is exactly the largest bound of the
+    header's formulas for the core, so a bound too small would fail a call."""
+    from generator.boards import load_board
+    from generator.device.runner import qemu_argv
+    from tests.conftest import require_board_tools
+
+    tree = cmsis_nn_tree()
+    require_board_tools(board_name)
+    board = load_board(board_name)
+    core = QEMU_CORES[board_name]
+    calls, expected = firmware_cases()
+    scratch = max(4, *(call_bound(c, core) for c in calls))
+    (tmp_path / "cases.h").write_text(embed_cases(calls, expected))
+    (tmp_path / "main.c").write_text(FIRMWARE_MAIN)
+    platform = COMMON / "platform" / board.platform
+    cc = board.tool("gcc")
+    flags = [*board.cflags, "-O2", "-g", f"-I{tree / 'Include'}", f"-I{COMMON / 'include'}",
+             f"-I{DRIVER}", f"-I{tmp_path}", f"-DMTVG_CMSIS_NN_SCRATCH_BYTES={scratch}"]
+    objs = []
+    for src in [tmp_path / "main.c", DRIVER / "mtvg_cmsis_nn.c", COMMON / "src" / "accel.c",
+                *sorted(platform.glob("*.c"))]:
+        obj = tmp_path / f"{src.stem}.o"
+        subprocess.run([cc, *STRICT, *flags, "-c", str(src), "-o", str(obj)], check=True)
+        objs.append(str(obj))
+    for src in cmsis_sources(tree):
+        obj = tmp_path / f"cmsis_{src.stem}.o"
+        subprocess.run([cc, "-std=c99", "-w", *flags, "-c", str(src), "-o", str(obj)],
+                       check=True)
+        objs.append(str(obj))
+    memory = [("MTVG_FLASH_ORIGIN", board.flash_origin), ("MTVG_FLASH_SIZE", board.flash_bytes),
+              ("MTVG_RAM_ORIGIN", board.ram_origin), ("MTVG_RAM_SIZE", board.ram_bytes)]
+    elf = tmp_path / "cases.elf"
+    subprocess.run([cc, *board.ldflags, "-T", str(platform / board.linker_script),
+                    *(f"-Wl,--defsym={n}={v:#x}" for n, v in memory if v is not None),
+                    *objs, *(f"-l{lib}" for lib in board.libs), "-o", str(elf)], check=True)
+    proc = subprocess.run(qemu_argv(board, elf), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=900)
+    lines = proc.stderr.splitlines()
+    results = [line.split() for line in lines if line.startswith("case ")]
+    assert len(results) == len(calls), proc.stderr[-3000:]
+    wrong = [f"{call.op} {call.scalars}: {' '.join(fields)}"
+             for fields, call in zip(results, calls, strict=True)
+             if int(fields[3]) != 0 or int(fields[5]) != 0]
+    assert not wrong, "\n".join(wrong)
+    assert f"counter cmsis-nn.scratch_bytes {scratch}" in lines
+    assert proc.returncode == 0 and "done 0" in lines

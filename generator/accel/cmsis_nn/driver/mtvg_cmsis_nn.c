@@ -87,6 +87,7 @@ static int32_t kernel_status(enum op op, const char* function, arm_cmsis_nn_stat
   put_text(&m, " returned ");
   put_text(&m, status == ARM_CMSIS_NN_ARG_ERROR       ? "ARM_CMSIS_NN_ARG_ERROR"
                : status == ARM_CMSIS_NN_NO_IMPL_ERROR ? "ARM_CMSIS_NN_NO_IMPL_ERROR"
+               : status == ARM_CMSIS_NN_FAILURE       ? "ARM_CMSIS_NN_FAILURE"
                                                        : "status");
   put_text(&m, " (");
   put_int(&m, (int32_t)status);
@@ -217,6 +218,64 @@ static const char* conv_arguments(const int8_t* input, const int8_t* weights,
 
 /* ---- operators ----------------------------------------------------------------------------- */
 
+#if defined(ARM_MATH_MVEI)
+/* Whether arm_convolve_wrapper_s8 hands this convolution to arm_convolve_1_x_n_s8 (its test,
+ * kept in step with CMSIS-NN v7's wrapper). */
+static int wrapper_picks_1xn(const cmsis_nn_conv_params* params, const cmsis_nn_dims* input_dims,
+                             const cmsis_nn_dims* filter_dims) {
+  const int one_by_one = params->padding.w == 0 && params->padding.h == 0 &&
+                         filter_dims->w == 1 && filter_dims->h == 1 &&
+                         params->dilation.w == 1 && params->dilation.h == 1;
+  return !one_by_one && input_dims->h == 1 && params->dilation.w == 1 && filter_dims->h == 1 &&
+         (params->stride.w * input_dims->c) % 4 == 0;
+}
+
+static int32_t larger(int32_t a, int32_t b) { return a > b ? a : b; }
+
+/*
+ * CMSIS-NN v7's MVE arm_convolve_1_x_n_s8 builds the windows that reach past the input's
+ * right edge from k_w - 1 input columns followed by padding. That is right only when those
+ * windows' input part starts exactly k_w - 1 columns before the edge; otherwise (e.g. SAME
+ * padding with k_w 5 and stride 2, or VALID padding leaving a column unused) it reads past
+ * the input and some outputs are wrong. It also returns ARM_CMSIS_NN_FAILURE for padding
+ * that is not split as TFLite's SAME splits it. This follows its own arithmetic to tell
+ * whether it is right for a geometry; where not, the driver calls arm_convolve_s8.
+ */
+static int mve_1xn_is_right(int32_t in_w, int32_t out_w, int32_t k_w, int32_t stride_w,
+                            int32_t pad_left) {
+  const int32_t total = (out_w - 1) * stride_w + k_w - in_w;
+  const int32_t asym = total % 2;
+  if (pad_left * 2 + asym != total || in_w < k_w) {
+    return 0;
+  }
+  const int32_t right =
+      pad_left + asym != 0 ? larger(1, (pad_left + asym + stride_w - 1) / stride_w) : 0;
+  const int32_t left = pad_left != 0 ? larger(1, (pad_left + stride_w - 1) / stride_w) : 0;
+  const int32_t middle = larger(out_w - (right + left), 0);
+  if (left + middle + right != out_w) {
+    return 1; /* it calls arm_convolve_s8 itself */
+  }
+  const int32_t inside = in_w - (stride_w * (left + middle) - pad_left);
+  return right == 0 ? inside >= k_w - 1 : inside == k_w - 1;
+}
+#endif
+
+/* Whether to call arm_convolve_s8 rather than the wrapper (see mve_1xn_is_right). */
+static int conv_needs_generic(const cmsis_nn_conv_params* params, const cmsis_nn_dims* input_dims,
+                              const cmsis_nn_dims* filter_dims, const cmsis_nn_dims* output_dims) {
+#if defined(ARM_MATH_MVEI)
+  return wrapper_picks_1xn(params, input_dims, filter_dims) &&
+         !mve_1xn_is_right(input_dims->w, output_dims->w, filter_dims->w, params->stride.w,
+                           params->padding.w);
+#else
+  (void)params;
+  (void)input_dims;
+  (void)filter_dims;
+  (void)output_dims;
+  return 0;
+#endif
+}
+
 int32_t mtvg_cmsis_nn_conv2d_s8(const int8_t* input, const int8_t* weights, const int32_t* bias,
                                 const int32_t* multiplier, const int32_t* shift, int8_t* output,
                                 int32_t in_h, int32_t in_w, int32_t in_c, int32_t out_h,
@@ -242,12 +301,20 @@ int32_t mtvg_cmsis_nn_conv2d_s8(const int8_t* input, const int8_t* weights, cons
   const cmsis_nn_dims bias_dims = {1, 1, 1, out_c};
   const cmsis_nn_dims output_dims = {1, out_h, out_w, out_c};
   cmsis_nn_context ctx;
+  const int generic = conv_needs_generic(&params, &input_dims, &filter_dims, &output_dims);
   int32_t status = take_scratch(
       OP_CONV2D,
-      arm_convolve_wrapper_s8_get_buffer_size(&params, &input_dims, &filter_dims, &output_dims),
+      generic ? arm_convolve_s8_get_buffer_size(&input_dims, &filter_dims)
+              : arm_convolve_wrapper_s8_get_buffer_size(&params, &input_dims, &filter_dims,
+                                                        &output_dims),
       &ctx);
   if (status != 0) {
     return status;
+  }
+  if (generic) {
+    return kernel_status(OP_CONV2D, "arm_convolve_s8",
+                         arm_convolve_s8(&ctx, &params, &quant, &input_dims, input, &filter_dims,
+                                         weights, &bias_dims, bias, NULL, &output_dims, output));
   }
   return kernel_status(OP_CONV2D, "arm_convolve_wrapper_s8",
                        arm_convolve_wrapper_s8(&ctx, &params, &quant, &input_dims, input,

@@ -33,6 +33,11 @@
  *
  * A bound for every core: the largest of the lines above. MTVG_CMSIS_NN_SCRATCH_BYTES of
  * at least the model's largest need makes every call's check pass.
+ *
+ * Where CMSIS-NN v7 is wrong, the driver avoids it: on MVE, arm_convolve_wrapper_s8 sends
+ * 1xN kernels on one-row inputs to arm_convolve_1_x_n_s8, which computes wrong outputs (or
+ * fails) for some right paddings (e.g. SAME with k_w 5 and stride 2); for those the driver
+ * calls arm_convolve_s8 (its scratch is within the conv2d bound above).
  */
 #ifndef MTVG_CMSIS_NN_H_
 #define MTVG_CMSIS_NN_H_
