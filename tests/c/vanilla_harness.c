@@ -76,6 +76,26 @@ static void die(const char* what) {
   mtvg_platform_exit(3);
 }
 
+static uint64_t timer_start;
+
+static void put_u64_line(const char* tag, uint64_t v) {
+  char digits[24];
+  size_t n = sizeof(digits) - 1;
+  digits[n] = '\0';
+  do {
+    digits[--n] = (char)('0' + v % 10u);
+    v /= 10u;
+  } while (v != 0u && n > 0);
+  console(tag);
+  console(digits + n);
+  console("\n");
+}
+
+/* "T <ticks>" per record: the driver call's time on the board's timer (see "HZ"). */
+static void start_timer(void) { timer_start = mtvg_timer_ticks(); }
+
+static void stop_timer(void) { put_u64_line("T ", mtvg_timer_ticks() - timer_start); }
+
 static void* harness_alloc(size_t n) {
   void* p;
   n = (n + 7u) & ~(size_t)7u;
@@ -136,6 +156,10 @@ static void die(const char* what) {
   fprintf(stderr, "vanilla_harness: %s\n", what);
   exit(3);
 }
+
+static void start_timer(void) {}
+
+static void stop_timer(void) {}
 
 static void* harness_alloc(size_t n) { return malloc(n); }
 
@@ -243,6 +267,7 @@ static void one_record(int32_t op) {
     }
   }
   mtvg_accel_clear();
+  start_timer();
   status = run(op, params, np, buffers, nb);
   no = need_i32();
   if (no < 0 || no > MAX_OVERRIDES) die("bad override count");
@@ -257,6 +282,7 @@ static void one_record(int32_t op) {
   } else {
     status = mtvg_accel_check(status);
   }
+  stop_timer();
   message = mtvg_accel_message();
   write_i32(status);
   write_i32((int32_t)strlen(message));
@@ -295,6 +321,7 @@ static void write_counters(void) {
 int main(void) {
   int32_t op;
   mtvg_platform_init();
+  put_u64_line("HZ ", mtvg_timer_hz());
   if (VANILLA->ID != VANILLA_ID_VALUE) die("ID register");
   while (read_i32(&op)) {
     one_record(op);

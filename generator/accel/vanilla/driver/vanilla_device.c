@@ -24,6 +24,14 @@ typedef char vanilla_check_cmd_seq[(offsetof(vanilla_regs_t, CMD_SEQ) == 0xC0) ?
 
 #define REG(field) ((uint32_t)offsetof(vanilla_regs_t, field))
 
+/* The command kernels stay out of line: inlined into the clock function, their inner loops
+ * lose their registers to the checks around them (about 2x slower on Cortex-M3). */
+#if defined(__GNUC__)
+#define VANILLA_NOINLINE __attribute__((noinline))
+#else
+#define VANILLA_NOINLINE
+#endif
+
 #define INT8_LOWEST (-128)
 #define INT8_HIGHEST 127
 #define SHIFT_LOWEST (-31) /* right shifts up to 31 (RoundingDivideByPOT's range) */
@@ -356,7 +364,7 @@ static void tap_range(int32_t origin, int32_t dilation, int32_t kernel, int32_t 
 /* ---- the commands ---------------------------------------------------------------------- */
 
 /* acc = bias, then + input·weight over (ic, kh, kw) in that order, in float32. */
-static uint64_t run_conv2d_f32(void) {
+static VANILLA_NOINLINE uint64_t run_conv2d_f32(void) {
   const int32_t dil_w = job.dil_w;
   const float* in = (const float*)job.addr[BUF_IN];
   const float* w = (const float*)job.addr[BUF_W];
@@ -396,7 +404,7 @@ static uint64_t run_conv2d_f32(void) {
   return macs;
 }
 
-static uint64_t run_conv2d_s8(void) {
+static VANILLA_NOINLINE uint64_t run_conv2d_s8(void) {
   const int32_t in_c = job.in_c; /* locals: the int8 output stores may alias job */
   const int32_t in_zp = job.in_zp;
   const int8_t* in = (const int8_t*)job.addr[BUF_IN];
@@ -434,7 +442,7 @@ static uint64_t run_conv2d_s8(void) {
   return macs;
 }
 
-static uint64_t run_dense_s8(void) {
+static VANILLA_NOINLINE uint64_t run_dense_s8(void) {
   const int32_t in_c = job.in_c; /* locals: the int8 output stores may alias job */
   const int32_t in_zp = job.in_zp;
   const int8_t* in = (const int8_t*)job.addr[BUF_IN];
