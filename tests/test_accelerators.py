@@ -17,6 +17,7 @@ from generator.mlf import read_mlf
 from generator.project.generate import generate
 from generator.run import run_project
 from tests.conftest import REPO, require_board_tools, shared_path
+from tests.test_cmsis_nn import cmsis_nn_tree
 
 MNIST = REPO / "examples" / "mnist"
 MODELS = REPO / "tests" / "fixtures" / "models"
@@ -144,7 +145,7 @@ def test_target_options_on_another_command_are_refused(capsys):
     assert "only 'export'" in capsys.readouterr().err
 
 
-# ---- vanilla: float mnist and int8 kws ------------------------------------------------------------
+# ---- vanilla: float mnist and int8 kws ----------
 
 @pytest.mark.parametrize("board", BOARDS)
 def test_mnist_conv_layers_on_vanilla(board, tmp_path):
@@ -161,7 +162,8 @@ def test_mnist_conv_layers_on_vanilla(board, tmp_path):
     got = run_on(tmp_path / "npu.tar", board, samples, tmp_path / "npu")
     for g, w in zip(got.outputs, want.outputs, strict=True):
         out = "Plus214_Output_0"
-        np.testing.assert_allclose(g[out], w[out], rtol=1e-5, atol=1e-5 * np.abs(w[out]).max())
+        scale = np.abs(w[out]).max()
+        np.testing.assert_allclose(g[out], w[out], rtol=1e-5, atol=1e-5 * scale)
     assert [int(np.argmax(o["Plus214_Output_0"])) for o in got.outputs] == [2, 9]
     for counters in got.counters:
         assert counters["vanilla"]["commands"] == 2
@@ -202,7 +204,7 @@ def test_driver_error_fails_the_run_with_its_message(tmp_path, capsys):
     assert len(err) == 1 and "vanilla: conv2d_f32: fault injected at command 2" in err[0], err
 
 
-# ---- a plugin written here -------------------------------------------------------------------------
+# ---- a plugin written here ----------
 
 @pytest.mark.parametrize("how", ["flag", "environment"])
 def test_third_plugin_found_and_run(how, tmp_path, monkeypatch):
@@ -252,7 +254,8 @@ def test_plugin_matching_nothing_leaves_the_model_on_the_cpu(tmp_path, capsys):
 
 @pytest.mark.parametrize("body, message", [
     (RELU_PLUGIN.replace("def lower(self, match, options):",
-                         "def lower(self, match, options):\n        raise RuntimeError('boom')"),
+                         "def lower(self, match, options):\n"
+                         "        raise RuntimeError('boom')"),
      "accelerator 'tinyrelu' raised in lower(): RuntimeError: boom"),
     (RELU_PLUGIN.replace("from pathlib import Path", "import no_such_module_here"),
      "does not load: ModuleNotFoundError"),
@@ -318,3 +321,62 @@ def _rewrite_member(archive: Path, name: str, data: bytes) -> None:
 
 def test_shared_kws_fixture_present():
     assert shared_path("models", "mlperftiny_kws", "testdata_etiss").is_dir()
+
+
+# ---- cmsis-nn ----------------------------------------------------------------------------------
+
+HELLO_INT8 = MODELS / "hello_world" / "hello_world_int8.tflite"
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_cmsis_nn_kws_and_hello_world_equal_tflite_micro(board, tmp_path, monkeypatch):
+    from tests.test_export import _hello_inputs, _kws_inputs, tflm_outputs
+
+    monkeypatch.setenv("CMSIS_NN_PATH", str(cmsis_nn_tree()))
+    info = export(KWS, tmp_path / "kws.tar", "--target", "cmsis-nn,c")
+    assert info["accelerators"][0]["operators"] == {
+        "conv2d": 5, "depthwise_conv2d": 4, "dense": 1, "avg_pool2d": 1, "softmax": 1}
+    assert info["cpu_kernel_calls"] == 0
+    xs, expected = _kws_inputs()
+    xs = xs if board == "host" else xs[:5]
+    report = run_on(tmp_path / "kws.tar", board, [{"input_1": x} for x in xs],
+                    tmp_path / "kws")
+    got = [o["Identity"].tobytes() for o in report.outputs]
+    assert got == [w.tobytes() for w in tflm_outputs(KWS, xs)]
+    assert all(c["cmsis-nn"]["conv2d_calls"] == 5 for c in report.counters)
+
+    export(HELLO_INT8, tmp_path / "hello.tar", "--accelerator", "cmsis-nn")
+    hx = _hello_inputs("int8")
+    name = "serving_default_dense_input:0"
+    report = run_on(tmp_path / "hello.tar", board, [{name: x} for x in hx], tmp_path / "hw")
+    want = tflm_outputs(HELLO_INT8, hx)
+    assert [next(iter(o.values())).tobytes() for o in report.outputs] == \
+        [w.tobytes() for w in want]
+
+
+def test_cmsis_nn_without_a_path_is_refused_in_one_line(tmp_path, capsys):
+    export(KWS, tmp_path / "kws.tar", "--target", "cmsis-nn,c")
+    assert main(["generate", str(tmp_path / "kws.tar"), "--board", "host",
+                 "-o", str(tmp_path / "p")]) == 2
+    err = errors(capsys.readouterr().err)
+    assert len(err) == 1 and "CMSIS_NN_PATH" in err[0] and "--cmsis-nn" in err[0], err
+    assert not (tmp_path / "p").exists()
+    # generate's --cmsis-nn names it
+    assert main(["generate", str(tmp_path / "kws.tar"), "--board", "host",
+                 "-o", str(tmp_path / "p"), "--cmsis-nn", str(cmsis_nn_tree())]) == 0
+
+
+def test_vanilla_then_cmsis_nn_in_one_export(tmp_path, monkeypatch):
+    from tests.test_export import _kws_inputs, tflm_outputs
+
+    monkeypatch.setenv("CMSIS_NN_PATH", str(cmsis_nn_tree()))
+    info = export(KWS, tmp_path / "kws.tar", "--target", "vanilla,cmsis-nn,c")
+    taken = {a["name"]: a["operators"] for a in info["accelerators"]}
+    assert taken == {"vanilla": {"conv2d": 5, "dense": 1},
+                     "cmsis-nn": {"depthwise_conv2d": 4, "avg_pool2d": 1, "softmax": 1}}
+    xs, _ = _kws_inputs()
+    report = run_on(tmp_path / "kws.tar", "host", [{"input_1": x} for x in xs[:3]], tmp_path)
+    assert [o["Identity"].tobytes() for o in report.outputs] == \
+        [w.tobytes() for w in tflm_outputs(KWS, xs[:3])]
+    assert report.counters[0]["vanilla"]["commands"] == 6
+    assert report.counters[0]["cmsis-nn"]["depthwise_conv2d_calls"] == 4
