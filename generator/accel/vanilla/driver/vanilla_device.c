@@ -265,7 +265,7 @@ static uint32_t check_requant(void) {
 
 /* Latch and check the programmed command. */
 static uint32_t latch(void) {
-  uint32_t code;
+  uint32_t code = fail(VANILLA_ERR_NONE, 0u, 0u, 0u, 0, 0u); /* no stale error details */
   vanilla_mmio.CMD_SEQ += 1u;
   if (vanilla_mmio.FAULT_AT != 0u && vanilla_mmio.CMD_SEQ == vanilla_mmio.FAULT_AT) {
     return fail(VANILLA_ERR_FAULT_INJECTED, REG(FAULT_AT), 0, vanilla_mmio.CMD_SEQ, 0, 0u);
