@@ -21,6 +21,8 @@ setup(
                                        exclude=["*.__pycache__", *DATA_PACKAGES]),
               *DATA_PACKAGES],
     package_dir=DATA_PACKAGES,
-    package_data={name: DATA_FILES for name in DATA_PACKAGES},
+    # Accelerator plugins carry their drivers' C next to their Python.
+    package_data={**{name: DATA_FILES for name in DATA_PACKAGES},
+                  "generator.accel": ["*/driver/*.c", "*/driver/*.h", "*/driver/*.md"]},
     exclude_package_data={name: ["**/__pycache__/*", "**/*.pyc"] for name in DATA_PACKAGES},
 )
