@@ -910,7 +910,14 @@ def firmware_cases() -> tuple[list[Call], list[np.ndarray]]:
     convs = [*conv_cases(rng), *depthwise_cases(rng),
              random_conv(rng, False, in_hw=(5, 5), in_c=19, k_hw=(3, 3), out_c=6),
              random_conv(rng, True, in_hw=(3, 4), in_c=130, k_hw=(3, 3)),
-             random_conv(rng, True, in_hw=(6, 6), in_c=1, k_hw=(3, 3), multiplier=3)]
+             random_conv(rng, True, in_hw=(6, 6), in_c=1, k_hw=(3, 3), multiplier=3),
+             # one input channel: MVE runs these as convolutions (the 1xN kernel at stride 4)
+             random_conv(rng, True, in_hw=(1, 13), in_c=1, k_hw=(1, 5), stride=(1, 4),
+                         multiplier=4),
+             random_conv(rng, True, in_hw=(1, 13), in_c=1, k_hw=(1, 5), stride=(1, 4),
+                         multiplier=3, same=False),
+             random_conv(rng, True, in_hw=(1, 14), in_c=1, k_hw=(1, 3), stride=(1, 4),
+                         multiplier=2)]
     convs += one_by_n_cases(rng)
     calls = [c.call() for c in convs]
     expected = [c.reference() for c in convs]

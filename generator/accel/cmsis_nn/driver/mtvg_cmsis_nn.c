@@ -4,6 +4,7 @@
 #include <stddef.h>
 
 #include "arm_nnfunctions.h"
+#include "arm_nnsupportfunctions.h"
 
 #define INT8_LOWEST (-128)
 #define INT8_HIGHEST 127
@@ -276,6 +277,33 @@ static int conv_needs_generic(const cmsis_nn_conv_params* params, const cmsis_nn
 #endif
 }
 
+/* Whether to call arm_depthwise_conv_s8 rather than the wrapper: on MVE the wrapper runs a
+ * depthwise convolution of one input channel as a convolution, which may reach the
+ * arm_convolve_1_x_n_s8 geometries mve_1xn_is_right rejects. */
+static int depthwise_needs_generic(const cmsis_nn_dw_conv_params* params,
+                                   const cmsis_nn_dims* input_dims,
+                                   const cmsis_nn_dims* filter_dims,
+                                   const cmsis_nn_dims* output_dims) {
+#if defined(ARM_MATH_MVEI)
+  if (input_dims->c != 1 ||
+      output_dims->c <= CONVERT_DW_CONV_WITH_ONE_INPUT_CH_AND_OUTPUT_CH_ABOVE_THRESHOLD) {
+    return 0;
+  }
+  const cmsis_nn_conv_params conv = {params->input_offset, params->output_offset,
+                                     params->stride,       params->padding,
+                                     params->dilation,     params->activation};
+  const cmsis_nn_dims conv_filter = {filter_dims->c, filter_dims->h, filter_dims->w,
+                                     filter_dims->n};
+  return conv_needs_generic(&conv, input_dims, &conv_filter, output_dims);
+#else
+  (void)params;
+  (void)input_dims;
+  (void)filter_dims;
+  (void)output_dims;
+  return 0;
+#endif
+}
+
 int32_t mtvg_cmsis_nn_conv2d_s8(const int8_t* input, const int8_t* weights, const int32_t* bias,
                                 const int32_t* multiplier, const int32_t* shift, int8_t* output,
                                 int32_t in_h, int32_t in_w, int32_t in_c, int32_t out_h,
@@ -348,12 +376,20 @@ int32_t mtvg_cmsis_nn_depthwise_conv2d_s8(
   const cmsis_nn_dims bias_dims = {1, 1, 1, out_c};
   const cmsis_nn_dims output_dims = {1, out_h, out_w, out_c};
   cmsis_nn_context ctx;
+  const int generic = depthwise_needs_generic(&params, &input_dims, &filter_dims, &output_dims);
   int32_t status = take_scratch(OP_DEPTHWISE,
-                                arm_depthwise_conv_wrapper_s8_get_buffer_size(
-                                    &params, &input_dims, &filter_dims, &output_dims),
+                                generic ? 0
+                                        : arm_depthwise_conv_wrapper_s8_get_buffer_size(
+                                              &params, &input_dims, &filter_dims, &output_dims),
                                 &ctx);
   if (status != 0) {
     return status;
+  }
+  if (generic) {
+    return kernel_status(OP_DEPTHWISE, "arm_depthwise_conv_s8",
+                         arm_depthwise_conv_s8(&ctx, &params, &quant, &input_dims, input,
+                                               &filter_dims, weights, &bias_dims, bias,
+                                               &output_dims, output));
   }
   return kernel_status(OP_DEPTHWISE, "arm_depthwise_conv_wrapper_s8",
                        arm_depthwise_conv_wrapper_s8(&ctx, &params, &quant, &input_dims, input,

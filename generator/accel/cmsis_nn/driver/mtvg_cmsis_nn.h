@@ -37,7 +37,9 @@
  * Where CMSIS-NN v7 is wrong, the driver avoids it: on MVE, arm_convolve_wrapper_s8 sends
  * 1xN kernels on one-row inputs to arm_convolve_1_x_n_s8, which computes wrong outputs (or
  * fails) for some right paddings (e.g. SAME with k_w 5 and stride 2); for those the driver
- * calls arm_convolve_s8 (its scratch is within the conv2d bound above).
+ * calls arm_convolve_s8 (its scratch is within the conv2d bound above). The MVE depthwise
+ * wrapper runs one-input-channel layers as such convolutions; where that would reach those
+ * cases the driver calls arm_depthwise_conv_s8 (no scratch).
  */
 #ifndef MTVG_CMSIS_NN_H_
 #define MTVG_CMSIS_NN_H_
