@@ -535,6 +535,7 @@ def error_cases(rng) -> dict[str, tuple[Call, int, str | re.Pattern]]:
     overlap = dense_call(**small_dense(rng))
     overlap.bufs[5] = Buf(None, offset=8, alias_of=0)
     batches = with_params(dense_call(**small_dense(rng)), p0=0)
+    depth = with_params(dense_call(**small_dense(rng)), p1=65537)
     return {
         "ok": (ok, 0, ""),
         "null input": (null_in, 2, "vanilla: conv2d_s8: null address in ADDR_IN (input)"),
@@ -568,6 +569,8 @@ def error_cases(rng) -> dict[str, tuple[Call, int, str | re.Pattern]]:
         "overlap": (overlap, 10, "vanilla: dense_s8: the output overlaps ADDR_IN (input)"),
         "batches": (batches, 4, "vanilla: dense_s8: over the device's limits: "
                                 "BATCHES = 0 is outside [1, 256]"),
+        "depth": (depth, 4, "vanilla: dense_s8: over the device's limits: "
+                            "IN_C = 65537 is outside [1, 65536]"),
         "ok again": (s8_call(**small_s8(rng)), 0, ""),
     }
 

@@ -42,8 +42,8 @@ extern "C" {
 #define VANILLA_MAX_STRIDE 16u         /*!< stride_h and stride_w */
 #define VANILLA_MAX_DILATION 16u       /*!< dilation_h and dilation_w */
 #define VANILLA_MAX_PAD 64u            /*!< pad_top and pad_left (0 .. this) */
-#define VANILLA_MAX_DENSE_DEPTH 16384u /*!< dense in_depth */
-#define VANILLA_MAX_DENSE_UNITS 16384u /*!< dense units */
+#define VANILLA_MAX_DENSE_DEPTH 65536u /*!< dense in_depth */
+#define VANILLA_MAX_DENSE_UNITS 65536u /*!< dense units */
 #define VANILLA_MAX_BATCHES 256u       /*!< dense batches */
 #define VANILLA_MAX_BUFFER_BYTES (16u * 1024u * 1024u) /*!< any one buffer (the DMA window) */
 
