@@ -174,9 +174,12 @@ class Conv:
     pad: tuple[int, int]  # top, left
     dil: tuple[int, int]
     pad_end: tuple[int, int] = (0, 0)  # bottom, right (only shapes the output)
+    out: tuple[int, int] | None = None  # output height and width, when not from the padding
 
     @property
     def out_hw(self) -> tuple[int, int]:
+        if self.out is not None:
+            return self.out
         h = (self.in_h + self.pad[0] + self.pad_end[0] - self.dil[0] * (self.k_h - 1) - 1) \
             // self.stride[0] + 1
         w = (self.in_w + self.pad[1] + self.pad_end[1] - self.dil[1] * (self.k_w - 1) - 1) \
@@ -599,6 +602,63 @@ def test_errors_reach_the_message_and_leave_the_output_alone(harness, tmp_path):
                                           "ERR_HI")] == [0] * 5  # nothing left of the errors
     assert counters["commands"] == 2  # failed commands count nothing
     assert counters["macs"] == 2 * small_s8(rng)["g"].macs()
+
+
+# registers a driver would program from the geometry, with their valid ranges
+PARAM_REGS = {"STRIDE_H": (0x94, 1, 16), "STRIDE_W": (0x98, 1, 16), "PAD_TOP": (0x9C, 0, 64),
+              "PAD_LEFT": (0xA0, 0, 64), "DIL_H": (0xA4, 1, 16), "DIL_W": (0xA8, 1, 16),
+              "IN_ZP": (0xB0, -128, 127), "OUT_ZP": (0xB4, -128, 127),
+              "ACT_MIN": (0xB8, -128, 127), "ACT_MAX": (0xBC, -128, 127)}
+
+
+def test_any_parameter_value_stays_inside_the_buffers(harness, tmp_path):
+    """One geometry or int8 parameter register rewritten with a random value, in range or
+    not (the sizes stay valid): the device either refuses it with the right code or computes
+    the layer those registers describe, never touching memory outside its buffers (ASan)."""
+    rng = np.random.default_rng(12)
+    cases = []
+    for _ in range(150):
+        g = random_conv(rng)
+        name = str(rng.choice(list(PARAM_REGS)))
+        offset, lo, hi = PARAM_REGS[name]
+        value = int(rng.integers(lo - 3, hi + 4))
+        x = rng.integers(-128, 128, (g.in_h, g.in_w, g.in_c)).astype(np.int8)
+        w = rng.integers(-128, 128, (g.out_c, g.k_h, g.k_w, g.in_c)).astype(np.int8)
+        mult, shift = requant_params(rng, g.out_c)
+        params = dict(g=g, x=x, w=w, bias=rng.integers(-999, 999, g.out_c).astype(np.int32),
+                      mult=mult, shift=shift, in_zp=int(rng.integers(-128, 128)),
+                      out_zp=int(rng.integers(-128, 128)), act=(-60, 60))
+        call = s8_call(**params, op=OP_S8 | RAW)
+        call.overrides = [(offset, value)]
+        new = dict(params)
+        new["g"] = Conv(g.in_h, g.in_w, g.in_c, g.out_c, g.k_h, g.k_w, g.stride, g.pad, g.dil,
+                        out=g.out_hw)
+        field_of = {"STRIDE": "stride", "PAD": "pad", "DIL": "dil"}
+        if name.split("_")[0] in field_of:
+            attr = field_of[name.split("_")[0]]
+            pair = list(getattr(new["g"], attr))
+            pair[0 if name.endswith(("_H", "_TOP")) else 1] = value
+            setattr(new["g"], attr, tuple(pair))
+        elif name == "IN_ZP":
+            new["in_zp"] = value
+        elif name == "OUT_ZP":
+            new["out_zp"] = value
+        else:
+            new["act"] = (value, 60) if name == "ACT_MIN" else (-60, value)
+        valid = lo <= value <= hi and new["act"][0] <= new["act"][1]
+        code = 0 if valid else (4 if name.split("_")[0] in field_of else 5)
+        cases.append((call, new, code))
+    results, _ = run(harness, [c for c, _, _ in cases], tmp_path)
+    codes = set()
+    for (call, new, code), r in zip(cases, results, strict=True):
+        assert r.status == code, (new["g"], r.message)
+        codes.add(code)
+        if code:
+            assert r.output == call.bufs[-1].data
+        else:
+            got = np.frombuffer(r.output, np.int8).reshape(*new["g"].out_hw, new["g"].out_c)
+            np.testing.assert_array_equal(got, conv_s8_ref(**new))
+    assert codes == {0, 4, 5}
 
 
 def test_fault_register_fails_the_nth_command(harness, tmp_path):
