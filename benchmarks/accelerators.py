@@ -158,7 +158,7 @@ def print_table(rows: list[dict]) -> None:
         tflm = next((r["tflm"] for r in by.values() if r["tflm"]), None)
         unit = "Ir" if board == "host" else "instr"
 
-        def cell(config: str) -> str:
+        def cell(config: str, by=by, unit=unit) -> str:
             r = by.get(config)
             return f"{r['instructions']:,} {unit}" if r else "—"
 

@@ -14,8 +14,13 @@ For each int8 model:
   `MicroInterpreter::Invoke()` (the PyPI tflite-micro wheel, reference kernels), both on the
   same deterministic input (numpy default_rng(0), uniform over int8), averaged over 10 runs.
 
-Usage: python benchmarks/quantized.py [--no-tflm-callgrind]
-(without valgrind, or with --no-tflm-callgrind, TFLM's count comes from tflm-baseline.md)
+Usage: python benchmarks/quantized.py [MODEL.tflite ...] [--board B ...] [--target T]
+       [--no-tflm-callgrind]
+(without valgrind, or with --no-tflm-callgrind, TFLM's count comes from tflm-baseline.md).
+MODEL: any int8 .tflite (default: the repository's int8 models and a generated ResNet-8).
+--board B: also run the exported model on board B (any board in boards/; QEMU boards count
+instructions with -icount, the host board wall-clock ns), median of 3 runs on the
+deterministic input; repeatable. --target: export through accelerators (e.g. cmsis-nn,c).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from generator.boards import load_board
 from generator.export import export_model
 from generator.project.generate import TVM_CODE_CFLAGS, tvm_include_dirs
 
@@ -150,22 +156,42 @@ for _ in range({RUNS}):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", type=Path, metavar="MODEL.tflite",
+                        help="int8 models (default: the repository's and a generated one)")
+    parser.add_argument("--board", action="append", default=[],
+                        help="also run on this board (repeatable)")
+    parser.add_argument("--target", help="accelerators, e.g. cmsis-nn,c")
     parser.add_argument("--no-tflm-callgrind", action="store_true",
                         help="take TFLite Micro's instruction counts from tflm-baseline.md")
     args = parser.parse_args()
+    from generator.accel import registry
+    from generator.errors import MtgError
+
+    try:
+        selected = registry.select(args.target, [], []) if args.target else []
+        for board in args.board:
+            load_board(board)
+    except MtgError as exc:
+        parser.error(exc.one_line())
+    missing = [m for m in args.models if not m.is_file()]
+    if missing:
+        parser.error(f"{missing[0]}: no such file")
     have_valgrind = shutil.which("valgrind") is not None
     rows = []
     models = tempfile.TemporaryDirectory()
-    files = dict(MODEL_FILES)
-    files[GENERATED] = Path(models.name) / f"{GENERATED}.tflite"
-    files[GENERATED].write_bytes(generated_resnet())
+    if args.models:
+        files = {m.stem: m.resolve() for m in args.models}
+    else:
+        files = dict(MODEL_FILES)
+        files[GENERATED] = Path(models.name) / f"{GENERATED}.tflite"
+        files[GENERATED].write_bytes(generated_resnet())
     for name, path in files.items():
         if name == GENERATED and not (have_valgrind and not args.no_tflm_callgrind):
             continue  # no TFLM baseline on record for it
         print(f"{name}: exporting, building, counting instructions ...", file=sys.stderr)
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
-            result = export_model(path, work / "model.tar")
+            result = export_model(path, work / "model.tar", accelerators=selected)
             w_file, b_file, q_file = tflite_weight_bytes(path)
             roles = result.quant.constant_bytes
             ours_wb = roles["weights"] + roles["bias"]
@@ -182,7 +208,8 @@ def main() -> int:
                     tflm = tflm_ir(path, x, work) // RUNS
                     tflm_source = "measured"
             if tflm is None:
-                tflm = TFLM_IR_BASELINE[name]
+                tflm = TFLM_IR_BASELINE.get(name)
+            on_boards = {board: board_count(result, board, x, work) for board in args.board}
             rows.append({
                 "model": name,
                 "ops": result.quant.summary(),
@@ -193,10 +220,25 @@ def main() -> int:
                 "scratch": scratch, "tflm arena": TFLM_ARENA_ARM32.get(name),
                 "io": sum(t.size_bytes for t in result.inputs + result.outputs),
                 "ir": ir, "tflm ir": tflm, "tflm source": tflm_source,
+                "boards": on_boards,
             })
     models.cleanup()
     print_table(rows)
     return 0
+
+
+def board_count(result, board: str, x: np.ndarray, work: Path) -> tuple[int, str]:
+    """Median count of 3 runs of the exported model on `board`, and its unit."""
+    import statistics
+
+    from generator.project.generate import generate
+    from generator.run import run_project
+
+    print(f"  running on {board} ...", file=sys.stderr)
+    project = work / f"proj-{board}"
+    generate(result.path, board, project)
+    report = run_project(project, [{result.inputs[0].name: x}] * 3)
+    return int(statistics.median(t.count for t in report.timings)), report.timings[0].unit
 
 
 def generated_resnet() -> bytes:
@@ -235,8 +277,18 @@ def print_table(rows: list[dict]) -> None:
     print("-" * len(head))
     for r in rows:
         ours = f"{r['ir']:,}" if r["ir"] else "no valgrind"
-        ratio = f"{r['ir'] / r['tflm ir']:.3f}x" if r["ir"] else "-"
-        print(f"{r['model']:18} {ours:>14} {r['tflm ir']:>12,} {ratio:>6}  {r['tflm source']}")
+        ratio = f"{r['ir'] / r['tflm ir']:.3f}x" if r["ir"] and r["tflm ir"] else "-"
+        tflm = f"{r['tflm ir']:,}" if r["tflm ir"] else "-"
+        print(f"{r['model']:18} {ours:>14} {tflm:>12} {ratio:>6}  {r['tflm source']}")
+    boards = sorted({b for r in rows for b in r["boards"]})
+    if boards:
+        print("\non boards (median of 3 runs; QEMU -icount counts instructions)")
+        head = f"{'model':18} {'board':18} {'count':>14} unit"
+        print(head)
+        print("-" * len(head))
+        for r in rows:
+            for b, (count, unit) in r["boards"].items():
+                print(f"{r['model']:18} {b:18} {count:>14,} {unit}")
     print("\noperators")
     for r in rows:
         print(f"{r['model']:18} {r['ops']}")
