@@ -2,7 +2,9 @@
 built with the host gcc under ASan/UBSan around tests/c/vanilla_harness.c, checked against
 numpy references (TFLite's integer arithmetic in int64, float32 conv in float64 and in the
 documented float32 order); error paths end in the exact message mtvg_accel_message()
-reports; counters; every driver file compiles with arm-none-eabi-gcc -Werror."""
+reports; random parameter registers stay inside the buffers; counters; the same cases on
+Cortex-M3, Cortex-M4F and RV32 in QEMU; every driver file compiles with arm-none-eabi-gcc
+-Werror; the register map of README.md is the header's."""
 
 from __future__ import annotations
 
@@ -826,3 +828,38 @@ def test_on_32_bit_cores_in_qemu(board, harness, tmp_path):
     _, host_counters = run(harness, calls, tmp_path / "host")
     assert counters == host_counters
     assert counters["commands"] == len(f32) + len(s8) + len(dense) + 2
+
+
+def test_register_map_in_readme_is_the_header():
+    """Offsets in vanilla_device.h (field order, 4 bytes each), its comments, README.md's
+    table and the offsets these tests use all agree."""
+    header = (DRIVER / "vanilla_device.h").read_text()
+    body = header[header.index("typedef struct {"):header.index("} vanilla_regs_t;")]
+    names = [n.strip() for line in re.findall(r"volatile uint32_t ([^;]+);", body)
+             for n in line.split(",")]
+    offsets = {name: 4 * i for i, name in enumerate(names)}
+    assert 4 * len(names) == int(re.search(r"VANILLA_REGS_BYTES (0x[0-9A-F]+)u", header)[1], 16)
+    commented = re.findall(r"volatile uint32_t ([A-Z_]+)[^;]*; */\*!< (0x[0-9A-F]{2})", body)
+    assert len(commented) > 40
+    for name, offset in commented:
+        assert offsets[name] == int(offset, 16), name
+    covered = set()
+    for line in (DRIVER / "README.md").read_text().splitlines():
+        if not line.startswith("| 0x"):
+            continue
+        offset_cell, name_cell = (c.strip() for c in line.split("|")[1:3])
+        if " / _" in name_cell:  # "ADDR_IN_LO / _HI"
+            low = name_cell.split(" / ")[0]
+            row_names = [low, low.removesuffix("_LO") + "_HI"]
+        else:
+            row_names = [n.strip() for n in name_cell.split(",")]
+        if "–" in offset_cell:  # "0x5C–0x70"
+            first, last = (int(v, 16) for v in offset_cell.split("–"))
+            row_offsets = list(range(first, last + 4, 4))
+        else:
+            row_offsets = [int(v, 16) for v in re.findall(r"0x[0-9A-F]{2}", offset_cell)]
+        assert [offsets[n] for n in row_names] == row_offsets, line
+        covered |= set(row_names)
+    assert covered == set(names)  # every register is in the table
+    for name, offset in {**REG, **{k: v[0] for k, v in PARAM_REGS.items()}}.items():
+        assert offsets[name] == offset, name
