@@ -148,6 +148,10 @@ class Export(Command):
                                  "e.g. vanilla,c; options as --target-NAME-OPTION=VALUE")
         parser.add_argument("--accelerator", action="append", default=[], metavar="NAME",
                             help="short form: offload to this accelerator (repeatable)")
+        parser.add_argument("--board", metavar="BOARD",
+                            help="the board the archive is for: without --target, picks the "
+                                 "accelerators that are the default on its core (cmsis-nn on "
+                                 "DSP/MVE cores when CMSIS_NN_PATH is set)")
         add_accelerator_path(parser)
 
     def do_run(self, args):
@@ -155,8 +159,15 @@ class Export(Command):
         from generator.errors import ExportError
         from generator.export import frontend
 
-        selected = registry.select(args.target, args.accelerator, args.target_options,
-                                   args.accelerator_path)
+        defaults_notes: list[str] = []
+        if args.board and args.target is None and not args.accelerator:
+            from generator.boards import load_board
+
+            selected, defaults_notes = registry.board_defaults(
+                load_board(args.board), args.target_options, args.accelerator_path)
+        else:
+            selected = registry.select(args.target, args.accelerator, args.target_options,
+                                       args.accelerator_path)
         if selected and args.style == "operator":
             raise ExportError("accelerators apply to full-model exports; operator-style "
                               "archives hold CPU kernels for timing")
@@ -187,6 +198,9 @@ class Export(Command):
 
         r = export_model(args.model, args.output, shapes, module=args.module,
                          accelerators=selected)
+        r.notes.extend(defaults_notes)
+        r.notes.extend(f"accelerator '{s.name}' is the default on {args.board}"
+                       for s in selected if s.origin == "default")
         offloaded = {name: dict(counts) for name, counts in r.offload.by_accelerator().items()}
         if args.json:
             self.emit_json({

@@ -380,3 +380,21 @@ def test_vanilla_then_cmsis_nn_in_one_export(tmp_path, monkeypatch):
         [w.tobytes() for w in tflm_outputs(KWS, xs[:3])]
     assert report.counters[0]["vanilla"]["commands"] == 6
     assert report.counters[0]["cmsis-nn"]["depthwise_conv2d_calls"] == 4
+
+
+def test_export_for_a_dsp_board_defaults_to_cmsis_nn(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("CMSIS_NN_PATH", raising=False)
+    assert main(["export", str(HELLO_INT8), "-o", str(tmp_path / "a.tar"),
+                 "--board", "qemu-mps2-an386"]) == 0
+    assert "cannot be used: set CMSIS_NN_PATH" in capsys.readouterr().out
+    assert read_mlf(tmp_path / "a.tar").modules[0].accelerators == []
+    monkeypatch.setenv("CMSIS_NN_PATH", str(cmsis_nn_tree()))
+    for board, want in (("qemu-mps2-an386", ["cmsis-nn"]), ("qemu-mps2-an385", []),
+                        ("qemu-mps3-an547", ["cmsis-nn"])):
+        out = tmp_path / f"{board}.tar"
+        assert main(["export", str(HELLO_INT8), "-o", str(out), "--board", board]) == 0
+        assert [a.name for a in read_mlf(out).modules[0].accelerators] == want
+    # an explicit target wins over the board's default
+    assert main(["export", str(HELLO_INT8), "-o", str(tmp_path / "c.tar"), "--board",
+                 "qemu-mps2-an386", "--target", "c"]) == 0
+    assert read_mlf(tmp_path / "c.tar").modules[0].accelerators == []

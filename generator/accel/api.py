@@ -146,6 +146,9 @@ class Accelerator:
     options: tuple[Option, ...] = ()
     boards: tuple[str, ...] | None = None  # board names; None: every board
     board_features: tuple[str, ...] = ()  # features a board must have (e.g. "dsp")
+    # `export --board B` without --target picks the plugin on boards with any of these
+    # features, when `ready()` says it can be used with its default options.
+    default_on: tuple[str, ...] = ()
 
     def configure(self, options: dict[str, Any]) -> None:
         """Check option values together (types are already checked); raise
@@ -159,6 +162,11 @@ class Accelerator:
 
     def driver(self, options: dict[str, Any], board: Any) -> Driver:
         raise NotImplementedError
+
+    def ready(self, options: dict[str, Any]) -> str | None:
+        """None when the plugin can be used with these options as a board's default;
+        else what the user should set."""
+        return None
 
     def supports(self, board: Any) -> str | None:
         """None when the plugin can run on `board` (a generator.boards.Board), else why not."""

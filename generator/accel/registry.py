@@ -210,6 +210,30 @@ def select(target: str | None, accelerators: list[str], raw_options: list[str],
     return selected
 
 
+def board_defaults(board, raw_options: list[str],
+                   extra_paths: list[Path] | None = None) -> tuple[list[Selected], list[str]]:
+    """The accelerators chosen by default for `board` (`export --board` without --target),
+    and notes on defaults that could not be used (what to set)."""
+    selected, notes = [], []
+    for f in discover(extra_paths):
+        plugin = f.plugin
+        if plugin is None or f.shadowed_by or not set(plugin.default_on) & set(board.features):
+            continue
+        if plugin.supports(board):
+            continue
+        given = _parse_raw_options(raw_options, [plugin.name]).get(plugin.name, {}) \
+            if any(o.startswith(f"--target-{plugin.name}-") for o in raw_options) else {}
+        values = check_options(plugin, given)
+        reason = _call(plugin, "ready", plugin.ready, values)
+        if reason:
+            notes.append(f"accelerator '{plugin.name}' is the default on {board.name} but "
+                         f"cannot be used: {reason}")
+            continue
+        _call(plugin, "configure", plugin.configure, values)
+        selected.append(Selected(plugin, values, "default"))
+    return selected, notes
+
+
 def _parse_raw_options(raw: list[str], names: list[str]) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for item in raw:

@@ -52,6 +52,14 @@ class CmsisNN(Accelerator):
         Option("path", "path", None, "the CMSIS-NN source tree (Include/, Source/)",
                env=PATH_ENV),
     )
+    # CMSIS-NN's SIMD (DSP, MVE) kernels beat our generic C there: benchmarks/accelerators.py
+    default_on = ("dsp", "mve")
+
+    def ready(self, options):
+        raw = options.get("path")
+        if not raw or not (Path(raw).expanduser() / MARKER).is_file():
+            return f"set {PATH_ENV} (or --target-cmsis-nn-path) to a CMSIS-NN source tree"
+        return None
 
     def patterns(self, options):
         from tvm.relax import dpl

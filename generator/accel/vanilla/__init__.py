@@ -24,6 +24,17 @@ from generator.accel import (
 DRIVER_DIR = Path(__file__).resolve().parent / "driver"
 MAX_KERNEL = 11  # the device's largest kernel side (driver/README.md)
 MAX_CHANNELS = 1024  # the device's most input or output channels
+MAX_SPATIAL = 1024  # largest input or output height / width
+MAX_STRIDE = 16  # largest stride and dilation
+MAX_PAD = 64  # largest padding
+
+
+def _geometry_reason(sizes: tuple[int, ...], strides: tuple[int, ...],
+                     pads: tuple[int, ...]) -> str | None:
+    if max(sizes) > MAX_SPATIAL or max(strides) > MAX_STRIDE or max(pads) > MAX_PAD:
+        return (f"sizes {sizes}, strides/dilations {strides} or padding {pads} beyond the "
+                "device's limits")
+    return None
 
 
 def valid_taps(out: int, size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
@@ -83,7 +94,9 @@ class Vanilla(Accelerator):
             return f"kernel {kh}x{kw} or {c}->{o} channels beyond the device's limits"
         if "bias" in m.constants and m.constants["bias"].size != o:
             return "bias is not one value per output channel"
-        return None
+        return _geometry_reason((*m.input_shapes[0][2:], *m.output_shape[2:]),
+                                (*_pair(a.strides), *_pair(a.dilation)),
+                                tuple(int(p) for p in a.padding))
 
     @staticmethod
     def _check_int8_conv(m: Match) -> str | None:
@@ -94,14 +107,16 @@ class Vanilla(Accelerator):
             return "batch other than 1"
         if max(kh, kw) > MAX_KERNEL or max(c, o) > MAX_CHANNELS:
             return f"kernel {kh}x{kw} or {c}->{o} channels beyond the device's limits"
-        return None
+        p = op.params
+        return _geometry_reason((h, w, *op.output_shape[1:3]), (*p["strides"], *p["dilation"]),
+                                tuple(p["padding"]))
 
     @staticmethod
     def _check_int8_dense(m: Match) -> str | None:
-        _, k = m.op.input_shapes[0]
+        batches, k = m.op.input_shapes[0]
         units = m.op.output_shape[1]
-        if max(k, units) > 65536:
-            return "dense wider than the device's 65536 limit"
+        if max(k, units) > 65536 or batches > 256:
+            return "dense wider than 65536 or more than 256 batches (the device's limits)"
         return None
 
     # ---- lowering: a PrimFunc that programs the device through the driver ---------------
