@@ -12,6 +12,7 @@ import json
 import os
 import shlex
 import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -217,7 +218,8 @@ class Export(Command):
                                    for op, why in r.quant.fallback],
                 "accelerators": [{"name": s.name, "options": s.options,
                                   "operators": offloaded.get(s.name, {})} for s in selected],
-                "cpu_kernel_calls": r.calls - len(r.offload.offloaded),
+                "cpu_kernel_calls": len(r.cpu_calls),
+                "cpu_kernels": r.cpu_calls,
                 "refused": [{"accelerator": a, "pattern": p, "reason": why}
                             for a, p, why in r.offload.refused],
                 "notes": r.notes})
@@ -239,7 +241,10 @@ class Export(Command):
             listed = ", ".join(f"{k} ×{v}" if v > 1 else k for k, v in taken.items())
             print(f"  accel   {s.name}: {listed or 'nothing matched'}")
         if selected:
-            print(f"  cpu     {r.calls - len(r.offload.offloaded)} of {r.calls} kernel calls")
+            listed = ", ".join(f"{k} ×{v}" if v > 1 else k
+                               for k, v in Counter(r.cpu_calls).items())
+            print(f"  cpu     {len(r.cpu_calls)} of {r.calls} kernel calls"
+                  + (f": {listed}" if listed else ""))
         for accel, pattern, why in r.offload.refused:
             print(f"  refused {accel} {pattern}: {why}")
         for note in r.notes:

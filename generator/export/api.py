@@ -37,6 +37,7 @@ class ExportResult:
     notes: list[str] = field(default_factory=list)
     quant: QuantReport = field(default_factory=QuantReport)
     offload: OffloadReport = field(default_factory=OffloadReport)
+    cpu_calls: list[str] = field(default_factory=list)  # kernels left on the CPU, in order
 
 
 def export_model(model: Path, dest: Path, shapes: dict[str, tuple[int, ...]] | None = None,
@@ -88,7 +89,9 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
     return ExportResult(dest, module, len({c.kernel for c in program.calls}),
                         len(program.calls), code.plan, code.constants_bytes, code.inputs,
                         code.outputs, time.monotonic() - start, notes, lowered.quant,
-                        lowered.offload)
+                        lowered.offload,
+                        [c.kernel for c in program.calls
+                         if c.kernel not in lowered.accel_kernels])
 
 
 def _tensor_meta(t: ccode.IoTensor) -> dict:
