@@ -600,6 +600,11 @@ def test_softmax_bit_exact(harness):
         mult, shift, diff_min = softmax_params(scale)
         calls.append(Call("softmax", [rows, size, mult, shift, diff_min], [x], rows * size))
         expected.append(softmax_reference(x, mult, shift, diff_min))
+    # the longest row the driver takes, all equal: the sum of exponentials at its largest
+    x = np.full((1, 255), 17, dtype=np.int8)
+    mult, shift, diff_min = softmax_params(0.1)
+    calls.append(Call("softmax", [1, 255, mult, shift, diff_min], [x], 255))
+    expected.append(softmax_reference(x, mult, shift, diff_min))
     assert_matches(run(harness, calls), calls, expected)
 
 
@@ -634,6 +639,12 @@ def test_bad_arguments_fail_with_a_message(harness):
     calls.append(Call("add", [0, 0, 1 << 30, -1, 0, 1 << 30, -1, 20, 0, 1 << 30, -1, -128, 127],
                       [np.zeros(1, dtype=np.int8)] * 2, 1))
     wants.append("add: an empty tensor")
+    calls.append(Call("add", [1, 0, 1 << 30, -1, 0, 1 << 30, 0, 23, 0, 1 << 30, -1, -128, 127],
+                      [np.zeros(1, dtype=np.int8)] * 2, 1))
+    wants.append("add: left shifts that would overflow int32")
+    calls.append(Call("softmax", [1, 256, 1 << 30, 20, -10],
+                      [np.zeros(256, dtype=np.int8)], 256))
+    wants.append("softmax: a dimension out of range")
     results = run(harness, calls)
     for res, want in zip(results, wants, strict=True):
         assert res.status == 1, res.message  # MTVG_CMSIS_NN_EARG
@@ -931,8 +942,10 @@ def firmware_cases() -> tuple[list[Call], list[np.ndarray]]:
     for call, want in others:
         calls.append(call)
         expected.append(want)
-    for rows, size, scale in [(3, 7, 0.05), (2, 33, 0.25), (1, 200, 0.02)]:
+    for rows, size, scale in [(3, 7, 0.05), (2, 33, 0.25), (1, 200, 0.02), (1, 255, 0.1)]:
         x = rng.integers(-128, 128, (rows, size), dtype=np.int8)
+        if size == 255:
+            x[:] = 17  # the largest sum of exponentials the driver takes
         mult, shift, diff_min = softmax_params(scale)
         calls.append(Call("softmax", [rows, size, mult, shift, diff_min], [x], rows * size))
         expected.append(softmax_reference(x, mult, shift, diff_min))

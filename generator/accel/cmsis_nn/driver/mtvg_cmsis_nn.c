@@ -553,9 +553,13 @@ int32_t mtvg_cmsis_nn_add_s8(const int8_t* a, const int8_t* b, int8_t* out, int3
     return bad_argument(OP_ADD, "an offset outside the int8 zero points' range");
   }
   if (!requant_ok(a_mult, a_shift) || !requant_ok(b_mult, b_shift) ||
-      !requant_ok(out_mult, out_shift) ||
-      !in_range(left_shift, 0, MTVG_CMSIS_NN_MAX_ADD_LEFT_SHIFT)) {
+      !requant_ok(out_mult, out_shift) || left_shift < 0) {
     return bad_argument(OP_ADD, "a negative multiplier or a shift out of range");
+  }
+  const int32_t input_up = a_shift > b_shift ? a_shift : b_shift;
+  if ((int64_t)left_shift + (input_up > 0 ? input_up : 0) + 1 + (out_shift > 0 ? out_shift : 0) >
+      MTVG_CMSIS_NN_MAX_ADD_SCALE_BITS) {
+    return bad_argument(OP_ADD, "left shifts that would overflow int32");
   }
   if (!activation_ok(act_min, act_max)) {
     return bad_argument(OP_ADD, "an activation range outside [-128, 127]");
@@ -577,7 +581,8 @@ int32_t mtvg_cmsis_nn_softmax_s8(const int8_t* input, int8_t* output, int32_t ro
   if (input == NULL || output == NULL) {
     return bad_argument(OP_SOFTMAX, "a NULL tensor");
   }
-  if (rows < 1 || !is_dim(row_size) || !fits(rows, row_size, 1, 1)) {
+  if (rows < 1 || !in_range(row_size, 1, MTVG_CMSIS_NN_MAX_SOFTMAX_ROW) ||
+      !fits(rows, row_size, 1, 1)) {
     return bad_argument(OP_SOFTMAX, "a dimension out of range");
   }
   if (mult < 0 || !in_range(shift, 0, SOFTMAX_SHIFT_HIGHEST) || diff_min > 0) {

@@ -66,8 +66,18 @@ extern "C" {
 /*! \brief Largest element count of one tensor (CMSIS-NN indexes with int32_t). */
 #define MTVG_CMSIS_NN_MAX_ELEMENTS 0x7fffffffL
 
-/*! \brief Largest left shift of an add's inputs before rescaling (TFLite uses 20). */
-#define MTVG_CMSIS_NN_MAX_ADD_LEFT_SHIFT 24
+/*! \brief add: the largest left_shift + max(input shift, 0) + 1 + max(out_shift, 0), the bits an
+ *  input offset by its zero point (|x| <= 255) may be scaled up by on its way to the output
+ *  without overflowing int32 (255 * 2**23 < 2**31; TFLite's own parameters use 21). */
+#define MTVG_CMSIS_NN_MAX_ADD_SCALE_BITS 23
+
+/*! \brief softmax: the longest row. Each exponential is at most 2**19 in TFLite's Q12.19
+ *  accumulator. Once a row's sum reaches 2**27 (possible from 256 elements on) the last
+ *  rounding shift is by 31 bits, where CMSIS-NN's arm_nn_divide_by_power_of_two overflows
+ *  int (1 << 31); from 2**28 (512 elements) by 32 or more, undefined in C for TFLite's
+ *  reference as well (Arm cores then give -127 where the exact arithmetic gives -128).
+ *  Longer rows are refused. */
+#define MTVG_CMSIS_NN_MAX_SOFTMAX_ROW 255
 
 /* Status codes besides 0 (success). */
 #define MTVG_CMSIS_NN_EARG 1     /*!< an argument out of range (a shape, zero point, ...) */
