@@ -742,6 +742,7 @@ def test_scratch_bounds_cover_cmsis_nn_needs(harness):
 # ---- cross-compiling for Cortex-M ---------------------------------------------------------
 
 CORES = {
+    "cortex-m0plus": ["-mcpu=cortex-m0plus", "-mfloat-abi=soft"],
     "cortex-m3": ["-mcpu=cortex-m3", "-mfloat-abi=soft"],
     "cortex-m4": ["-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard"],
     "cortex-m7": ["-mcpu=cortex-m7", "-mfpu=fpv5-d16", "-mfloat-abi=hard"],
@@ -771,7 +772,8 @@ int main(void) {
 
 @pytest.mark.parametrize("core", list(CORES))
 def test_driver_cross_compiles_and_links(tmp_path, core):
-    """The driver builds with -Werror for each core (DSP on M4/M7/M33, MVE on M55) and links
+    """The driver builds with -Werror for each core (plain C on M0+/M3, DSP on M4/M7/M33, MVE
+    on M55) and links
     against CMSIS-NN's sources built as the project builds them (-O2, warnings off)."""
     tree = cmsis_nn_tree()
     cc = "arm-none-eabi-gcc"
