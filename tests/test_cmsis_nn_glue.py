@@ -773,8 +773,8 @@ int main(void) {
 @pytest.mark.parametrize("core", list(CORES))
 def test_driver_cross_compiles_and_links(tmp_path, core):
     """The driver builds with -Werror for each core (plain C on M0+/M3, DSP on M4/M7/M33, MVE
-    on M55) and links
-    against CMSIS-NN's sources built as the project builds them (-O2, warnings off)."""
+    on M55) and links against CMSIS-NN's sources built as the project builds them (-O2,
+    warnings off)."""
     tree = cmsis_nn_tree()
     cc = "arm-none-eabi-gcc"
     if shutil.which(cc) is None:
