@@ -307,18 +307,18 @@ def test_export_says_which_operators_run_integer(tmp_path, capsys):
     assert report["integer_ops"] == ["dense"] * 3 and report["float_fallback"] == []
 
 
-def test_a_uint8_quantize_is_reported_as_float(tmp_path):
+def test_an_int16_quantize_is_reported_as_float(tmp_path):
     from tvm import relax
 
     bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, 8), "uint8"))
+    x = relax.Var("x", relax.TensorType((1, 8), "int16"))
     with bb.function("main", [x]):
         with bb.dataflow():
             f = bb.emit(relax.op.dequantize(x, relax.const(0.1, "float32"),
-                                            relax.const(128, "int32")))
+                                            relax.const(0, "int32")))
             y = bb.emit_output(relax.op.quantize(f, relax.const(0.1, "float32"),
-                                                 relax.const(128, "int32"), out_dtype="uint8"))
+                                                 relax.const(0, "int32"), out_dtype="int16"))
         bb.emit_func_output(y)
-    result = export_relax(bb.get(), tmp_path / "u8.tar")
-    assert result.quant.fallback == [("dequantize", "uint8 quantization (the integer kernels "
-                                                    "are int8)")]
+    result = export_relax(bb.get(), tmp_path / "i16.tar")
+    assert result.quant.fallback == [("dequantize", "int16 quantization (the integer kernels "
+                                                    "are int8 and uint8)")]

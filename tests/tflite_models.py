@@ -27,6 +27,7 @@ FILE_IDENTIFIER = b"TFL3"
 BUFFER_ALIGNMENT = 16
 
 _DTYPES = {"int8": (tflite.TensorType.INT8, np.dtype("<i1")),
+           "uint8": (tflite.TensorType.UINT8, np.dtype("<u1")),
            "int32": (tflite.TensorType.INT32, np.dtype("<i4"))}
 _PADDINGS = {"SAME": tflite.Padding.SAME, "VALID": tflite.Padding.VALID}
 _ACTIVATIONS = {"NONE": tflite.ActivationFunctionType.NONE,
@@ -713,6 +714,140 @@ def resnet_model(rng: np.random.Generator, size: int = 16, widths: Sequence[int]
     ops.append((tflite.BuiltinOperator.FULLY_CONNECTED, [fi, wi, bi], [li],
                 tflite.BuiltinOptions.FullyConnectedOptions, fc_options))
     probs = softmax_output((1, classes))
+    yi = g.add("output", probs)
+
+    def softmax_options(b: flatbuffers.Builder) -> int:
+        tflite.SoftmaxOptionsStart(b)
+        tflite.SoftmaxOptionsAddBeta(b, 1.0)
+        return tflite.SoftmaxOptionsEnd(b)
+
+    ops.append((tflite.BuiltinOperator.SOFTMAX, [li], [yi],
+                tflite.BuiltinOptions.SoftmaxOptions, softmax_options))
+    return g.serialize_ops(ops, [x_id], [yi]), inp
+
+
+def person_uint8_model(rng: np.random.Generator, size: int = 20, channels: int = 1,
+                       widths: Sequence[int] = (8, 16), classes: int = 3
+                       ) -> tuple[bytes, QTensor]:
+    """A person-detection / MobileNet-v1-style uint8 model (TFLite's asymmetric uint8
+    quantization): a 3×3 stride-2 SAME conv, then per width a 3×3 SAME depthwise conv and a
+    1×1 conv (the first depthwise has stride 2 when the input allows), all RELU6 with
+    TFLite's uint8 RELU6 range (scale 6/255, zero point 0); a global AVERAGE_POOL_2D,
+    RESHAPE, FULLY_CONNECTED and SOFTMAX (uint8: scale 1/256, zero point 0).
+    Weights are uint8, per-tensor, with zero points away from 0 and 128; biases int32 with
+    scale input_scale · weight_scale. The input has a nonzero zero point. Weight scales
+    follow an estimate of each layer's spread (outputs' RMS about 2.5 of the RELU6's 6)."""
+    g = _Graph()
+    ops: list[tuple[int, list[int], list[int], int, _Options]] = []
+    inp = QTensor((1, size, size, channels), 1.0 / 128, 120, "uint8")
+    x_id = g.add("input", inp)
+    count = [0]
+    relu6 = _activation("RELU6")
+
+    def name(kind: str) -> str:
+        count[0] += 1
+        return f"{kind}_{count[0]}"
+
+    def weights_and_bias(shape: Sequence[int], x: QTensor, fan_in: int, x_rms: float
+                         ) -> tuple[QTensor, QTensor]:
+        w_scale = float(2.5 / (x_rms * 74.0 * np.sqrt(fan_in)) * rng.uniform(0.8, 1.2))
+        zero = int(rng.integers(90, 166))
+        weights = random_qtensor(rng, shape, w_scale, zero, "uint8")
+        b_scale = x.scales[0] * w_scale
+        bias = random_qtensor(rng, (shape[0] if shape[0] != 1 else shape[3],), b_scale, 0,
+                              "int32", low=-int(0.5 / b_scale), high=int(0.5 / b_scale))
+        return weights, bias
+
+    def conv(x: tuple[QTensor, int], out_c: int, kernel: int, stride: int, depthwise: bool,
+             x_rms: float) -> tuple[QTensor, int]:
+        t, xi = x
+        in_c = t.shape[3]
+        if depthwise:
+            weights, bias = weights_and_bias((1, kernel, kernel, in_c), t, kernel * kernel,
+                                             x_rms)
+        else:
+            weights, bias = weights_and_bias((out_c, kernel, kernel, in_c), t,
+                                             kernel * kernel * in_c, x_rms)
+        hw = conv_output_size(t.shape[1], kernel, stride, "SAME")
+        out = QTensor((1, hw, hw, in_c if depthwise else out_c), 6.0 / 255, 0, "uint8")
+        wi, bi, yi = g.add(name("w"), weights), g.add(name("b"), bias), g.add(name("conv"), out)
+        pad = _padding("SAME")
+
+        def options(b: flatbuffers.Builder) -> int:
+            if depthwise:
+                tflite.DepthwiseConv2DOptionsStart(b)
+                tflite.DepthwiseConv2DOptionsAddPadding(b, pad)
+                tflite.DepthwiseConv2DOptionsAddStrideH(b, stride)
+                tflite.DepthwiseConv2DOptionsAddStrideW(b, stride)
+                tflite.DepthwiseConv2DOptionsAddDepthMultiplier(b, 1)
+                tflite.DepthwiseConv2DOptionsAddDilationHFactor(b, 1)
+                tflite.DepthwiseConv2DOptionsAddDilationWFactor(b, 1)
+                tflite.DepthwiseConv2DOptionsAddFusedActivationFunction(b, relu6)
+                return tflite.DepthwiseConv2DOptionsEnd(b)
+            tflite.Conv2DOptionsStart(b)
+            tflite.Conv2DOptionsAddPadding(b, pad)
+            tflite.Conv2DOptionsAddStrideH(b, stride)
+            tflite.Conv2DOptionsAddStrideW(b, stride)
+            tflite.Conv2DOptionsAddDilationHFactor(b, 1)
+            tflite.Conv2DOptionsAddDilationWFactor(b, 1)
+            tflite.Conv2DOptionsAddFusedActivationFunction(b, relu6)
+            return tflite.Conv2DOptionsEnd(b)
+
+        if depthwise:
+            ops.append((tflite.BuiltinOperator.DEPTHWISE_CONV_2D, [xi, wi, bi], [yi],
+                        tflite.BuiltinOptions.DepthwiseConv2DOptions, options))
+        else:
+            ops.append((tflite.BuiltinOperator.CONV_2D, [xi, wi, bi], [yi],
+                        tflite.BuiltinOptions.Conv2DOptions, options))
+        return out, yi
+
+    act_rms = 2.5  # of a RELU6 output, in real units
+    h = conv((inp, x_id), widths[0], 3, 2, False, 0.6)
+    for k, width in enumerate(widths):
+        stride = 2 if k == 0 and h[0].shape[1] >= 6 else 1
+        h = conv(h, 0, 3, stride, True, act_rms)
+        h = conv(h, width, 1, 1, False, act_rms)
+
+    side, width = h[0].shape[1], h[0].shape[3]
+    pooled = QTensor((1, 1, 1, width), h[0].scales[0], h[0].zero_points[0], "uint8")
+    pi = g.add(name("pool"), pooled)
+
+    def pool_options(b: flatbuffers.Builder) -> int:
+        tflite.Pool2DOptionsStart(b)
+        tflite.Pool2DOptionsAddPadding(b, _padding("VALID"))
+        tflite.Pool2DOptionsAddStrideW(b, side)
+        tflite.Pool2DOptionsAddStrideH(b, side)
+        tflite.Pool2DOptionsAddFilterWidth(b, side)
+        tflite.Pool2DOptionsAddFilterHeight(b, side)
+        tflite.Pool2DOptionsAddFusedActivationFunction(b, _activation("NONE"))
+        return tflite.Pool2DOptionsEnd(b)
+
+    ops.append((tflite.BuiltinOperator.AVERAGE_POOL_2D, [h[1]], [pi],
+                tflite.BuiltinOptions.Pool2DOptions, pool_options))
+    flat_shape = np.asarray([1, width], dtype=np.int32)
+    flat = QTensor((1, width), pooled.scales[0], pooled.zero_points[0], "uint8")
+    si, fi = g.add_int32_constant(name("shape"), flat_shape), g.add(name("flat"), flat)
+
+    def reshape_options(b: flatbuffers.Builder) -> int:
+        vec = _int32_vector(b, flat_shape)
+        tflite.ReshapeOptionsStart(b)
+        tflite.ReshapeOptionsAddNewShape(b, vec)
+        return tflite.ReshapeOptionsEnd(b)
+
+    ops.append((tflite.BuiltinOperator.RESHAPE, [pi, si], [fi],
+                tflite.BuiltinOptions.ReshapeOptions, reshape_options))
+    weights, bias = weights_and_bias((classes, width), flat, width, act_rms)
+    logits = QTensor((1, classes), 8.0 / 255, 118, "uint8")
+    wi, bi, li = g.add(name("w"), weights), g.add(name("b"), bias), g.add(name("fc"), logits)
+
+    def fc_options(b: flatbuffers.Builder) -> int:
+        tflite.FullyConnectedOptionsStart(b)
+        tflite.FullyConnectedOptionsAddFusedActivationFunction(b, _activation("NONE"))
+        return tflite.FullyConnectedOptionsEnd(b)
+
+    ops.append((tflite.BuiltinOperator.FULLY_CONNECTED, [fi, wi, bi], [li],
+                tflite.BuiltinOptions.FullyConnectedOptions, fc_options))
+    probs = QTensor((1, classes), 1.0 / 256, 0, "uint8")
     yi = g.add("output", probs)
 
     def softmax_options(b: flatbuffers.Builder) -> int:

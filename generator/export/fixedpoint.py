@@ -224,6 +224,22 @@ def multiply_by_quantized_multiplier(ar, x, multiplier, shift: int):
     return ar.rdbp32(ar.srdhm(ar.shl32(x, left), multiplier, b_above_min=True), right)
 
 
+def single_rounding_multiply(x, multiplier: int, shift: int):
+    """x · multiplier · 2**(shift − 31) rounded once, half up, in int64: the form TFLite's
+    uint8 fully connected gives (its int8 kernels and uint8 convolutions round twice).
+    `x` is a Python int or an int32 TIR value."""
+    total = 31 - shift
+    if not 0 < total < 63:
+        raise ValueError(f"shift {shift} out of range")
+    if isinstance(x, int):
+        return (x * multiplier + (1 << (total - 1))) >> total
+    from tvm import tirx
+
+    i64 = "int64"
+    product = tirx.Cast(i64, x) * tirx.const(multiplier, i64) + tirx.const(1 << (total - 1), i64)
+    return tirx.Cast("int32", product >> tirx.const(total, i64))
+
+
 def saturating_shl(ar, x, exponent: int):
     """gemmlowp's SaturatingRoundingMultiplyByPOT for a positive exponent."""
     threshold = (1 << (31 - exponent)) - 1

@@ -21,6 +21,7 @@ from generator.export.fixedpoint import (
     exp_on_negative_values,
     multiply_by_quantized_multiplier,
     one_over_one_plus_x,
+    single_rounding_multiply,
 )
 
 
@@ -33,6 +34,7 @@ class Requant:
     zero_point: int
     act_min: int = -128
     act_max: int = 127
+    single_rounding: bool = False  # per-tensor only: TFLite's uint8 fully connected's form
 
     @property
     def per_channel(self) -> bool:
@@ -55,6 +57,7 @@ class Kernel:
 
 
 BLOCK = 4  # output channels a regular conv computes together
+OP_PATTERN_OPAQUE = 8  # TVM's kOpaque: FuseOps leaves the kernel alone
 
 
 def _clamp_int8(value, lo: int, hi: int):
@@ -74,7 +77,9 @@ class _Requantizer:
 
     def __call__(self, acc, channel):
         r = self.r
-        if r.per_channel:
+        if r.single_rounding:
+            scaled = single_rounding_multiply(acc, int(r.multiplier), int(r.shift))
+        elif r.per_channel:
             scaled = multiply_by_quantized_multiplier(self.ar, acc, self.m[channel],
                                                       self.s[channel].astype("int32"))
         else:
@@ -90,13 +95,14 @@ def _func(tensors) -> tirx.PrimFunc:
 def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
                 out_shape: tuple[int, ...], strides: tuple[int, int],
                 pads: tuple[int, int, int, int], dilation: tuple[int, int], input_zero: int,
-                requant: Requant, depthwise: bool) -> Kernel:
+                requant: Requant, depthwise: bool, weight_zero: int = 0) -> Kernel:
     """Conv2d on NHWC int8. Regular weights are OHWI [Cout, KH, KW, Cin]; depthwise weights
-    are [KH, KW, Cout] (Cout = Cin · multiplier). `bias` already holds
-    bias − input_zero · Σweights, so padding reads the input zero point."""
+    are [KH, KW, Cout] (Cout = Cin · multiplier). The products are x · (w − weight_zero)
+    (`weight_zero` is nonzero for uint8 models mapped to int8). `bias` already holds
+    bias − input_zero · Σ(w − weight_zero), so padding reads the input zero point."""
     if any(pads) or not depthwise:
         return _conv2d_clipped(x_shape, weights, bias, out_shape, strides, pads, dilation,
-                               input_zero, requant, depthwise)
+                               input_zero, requant, depthwise, weight_zero)
     n_, h_, w_, cin = x_shape
     _, oh_, ow_, cout = out_shape
     x = te.placeholder(x_shape, "int8", "x")
@@ -114,6 +120,10 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
         inside = tirx.all(h >= 0, h < h_, wi >= 0, wi < w_)
         return tirx.if_then_else(inside, value, tirx.const(input_zero, "int32"))
 
+    def w_at(*idx):
+        value = w[idx].astype("int32")
+        return value - weight_zero if weight_zero else value
+
     if depthwise:
         kh_, kw_, _ = weights.shape
         mult = cout // cin
@@ -123,7 +133,7 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
             (n_, oh_, ow_, cout),
             lambda n, i, j, c: te.sum(
                 x_at(n, i * sh - top + rh * dh, j * sw - left + rw * dw, c // mult)
-                * w[rh, rw, c].astype("int32"), axis=[rh, rw]),
+                * w_at(rh, rw, c), axis=[rh, rw]),
             name="acc")
     else:
         _, kh_, kw_, _ = weights.shape
@@ -134,7 +144,7 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
             (n_, oh_, ow_, cout),
             lambda n, i, j, c: te.sum(
                 x_at(n, i * sh - top + rh * dh, j * sw - left + rw * dw, rc)
-                * w[c, rh, rw, rc].astype("int32"), axis=[rh, rw, rc]),
+                * w_at(c, rh, rw, rc), axis=[rh, rw, rc]),
             name="acc")
     rq = _Requantizer(requant, cout)
     out = te.compute(out_shape, lambda n, i, j, c: rq(acc[n, i, j, c] + b[c], c), name="out")
@@ -145,7 +155,8 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
 def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
                     out_shape: tuple[int, ...], strides: tuple[int, int],
                     pads: tuple[int, int, int, int], dilation: tuple[int, int],
-                    input_zero: int, requant: Requant, depthwise: bool) -> Kernel:
+                    input_zero: int, requant: Requant, depthwise: bool,
+                    weight_zero: int = 0) -> Kernel:
     """A conv2d as TIR statements. Padded, it works TFLite's way: for each output position
     the tap loops run only over the in-bounds taps (their ranges computed once per
     position), so the inner loop has no bounds check; skipped taps would have read the input
@@ -153,17 +164,21 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
     Unpadded, every tap is in bounds and the folded bias stands for the zero point.
     BLOCK output channels are computed at once, their accumulators in registers: a regular
     conv loads each input value once for all of them, and both kinds share the tap loops'
-    overhead among them."""
+    overhead among them.
+    A weight zero point (uint8 models) enters as x · (w − zw): a depthwise conv subtracts
+    it from each weight; a regular conv sums its input taps once per output position
+    (shared by every output channel) and starts each accumulator at bias − zw · Σx."""
     t = tirx
     i32 = "int32"
     n_, h_, w_, cin = x_shape
     _, oh_, ow_, cout = out_shape
+    effective = weights.astype(np.int64) - weight_zero
     if depthwise:
         kh_, kw_, _ = weights.shape
-        sums = weights.astype(np.int64).sum(axis=(0, 1))
+        sums = effective.sum(axis=(0, 1))
     else:
         _, kh_, kw_, _ = weights.shape
-        sums = weights.astype(np.int64).reshape(cout, -1).sum(axis=1)
+        sums = effective.reshape(cout, -1).sum(axis=1)
     padded = any(pads)
     if padded:
         bias = bias.astype(np.int64) + int(input_zero) * sums
@@ -206,13 +221,17 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
             value = t.Cast(i32, t.BufferLoad(xb, [n, h0 + rh * dh, w0 + rw * dw, ch]))
             return value - input_zero if input_zero else value
 
+        def w_tap(*idx):
+            value = t.Cast(i32, t.BufferLoad(wb, list(idx)))
+            return value - weight_zero if weight_zero else value
+
         if depthwise:  # c counts blocks of output channels
             macs = []
             for q in range(block):
                 out_c = c * block + q
                 ch = out_c if mult == 1 else t.floordiv(out_c, mult)
                 macs.append(t.BufferStore(acc, t.BufferLoad(acc, [t.const(q, i32)]) + x_tap(
-                    ch) * t.Cast(i32, t.BufferLoad(wb, [rh, rw, out_c])), [t.const(q, i32)]))
+                    ch) * w_tap(rh, rw, out_c), [t.const(q, i32)]))
             taps = loop(rh, h_lo, h_hi - h_lo, loop(rw, w_lo, w_hi - w_lo, _seq(macs)))
         else:
             macs = [t.BufferStore(acc, t.BufferLoad(acc, [t.const(q, i32)]) + xv * t.Cast(
@@ -231,9 +250,22 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
         scaled = multiply_by_quantized_multiplier(rq.ar, t.BufferLoad(acc, [slot]), *scale)
         result = _clamp_int8(scaled + requant.zero_point, requant.act_min, requant.act_max)
         store = t.BufferStore(ob, result, [n, i, j, channel])
+        x_sum = t.Var("x_sum", i32)
+        tap_sums = []  # Σx over the position's taps, for a regular conv's weight zero point
+        if weight_zero and not depthwise:
+            tap_sums = [
+                t.BufferStore(acc, zero, [zero]),
+                loop(rh, h_lo, h_hi - h_lo, loop(rw, w_lo, w_hi - w_lo, loop(
+                    rc, zero, t.const(cin, i32),
+                    t.BufferStore(acc, t.BufferLoad(acc, [zero]) + x_tap(rc), [zero])))),
+            ]
+
+        def start(q):
+            value = t.BufferLoad(bb, [c * block + q])
+            return value - x_sum * weight_zero if tap_sums else value
+
         per_channel = t.SeqStmt([
-            *(t.BufferStore(acc, t.BufferLoad(bb, [c * block + q]), [t.const(q, i32)])
-              for q in range(block)),
+            *(t.BufferStore(acc, start(q), [t.const(q, i32)]) for q in range(block)),
             taps,
             loop(k, zero, t.const(block, i32), store) if block > 1 else store,
         ])
@@ -243,6 +275,8 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
             t.LetStmt(h0, i * sh - top), t.LetStmt(w0, j * sw - left),
             t.LetStmt(h_lo, hl), t.LetStmt(h_hi, t.max(hh, hl)),
             t.LetStmt(w_lo, wl), t.LetStmt(w_hi, t.max(wh, wl)),
+            *tap_sums,
+            *([t.LetStmt(x_sum, t.BufferLoad(acc, [zero]))] if tap_sums else []),
             loop(c, zero, t.const(cout // block, i32), per_channel)])
         nest = loop(n, zero, t.const(n_, i32), loop(i, zero, t.const(oh_, i32), loop(
             j, zero, t.const(ow_, i32), position)))
@@ -257,9 +291,11 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
                   [weights.astype(np.int8), bias.astype(np.int32), *requant.constants()])
 
 
-def dense(batch: int, weights: np.ndarray, bias: np.ndarray, requant: Requant) -> Kernel:
-    """[batch, K] int8 · weights [U, K] int8ᵀ + bias → [batch, U] int8 (bias holds
-    bias − input_zero · Σweights)."""
+def dense(batch: int, weights: np.ndarray, bias: np.ndarray, requant: Requant,
+          weight_zero: int = 0) -> Kernel:
+    """[batch, K] int8 · (weights [U, K] int8 − weight_zero)ᵀ + bias → [batch, U] int8 (bias
+    holds bias − input_zero · Σ(w − weight_zero)). A weight zero point (uint8 models) is
+    applied as − weight_zero · Σx, the row's sum computed once for all units."""
     units, depth = weights.shape
     x = te.placeholder((batch, depth), "int8", "x")
     w = te.placeholder((units, depth), "int8", "w")
@@ -268,16 +304,26 @@ def dense(batch: int, weights: np.ndarray, bias: np.ndarray, requant: Requant) -
     acc = te.compute((batch, units), lambda i, u: te.sum(
         x[i, k].astype("int32") * w[u, k].astype("int32"), axis=k), name="acc")
     rq = _Requantizer(requant, units)
-    out = te.compute((batch, units), lambda i, u: rq(acc[i, u] + b[u], u), name="out")
+    if weight_zero:
+        ks = te.reduce_axis((0, depth), "ks")
+        x_sum = te.compute((batch,), lambda i: te.sum(x[i, ks].astype("int32"), axis=ks),
+                           name="x_sum")
+        out = te.compute((batch, units), lambda i, u: rq(
+            acc[i, u] + b[u] - x_sum[i] * weight_zero, u), name="out")
+    else:
+        out = te.compute((batch, units), lambda i, u: rq(acc[i, u] + b[u], u), name="out")
     return Kernel(_func([x, w, b, *rq.placeholders, out]),
                   [weights.astype(np.int8), bias.astype(np.int32), *requant.constants()])
 
 
 def avg_pool2d_nhwc(x_shape: tuple[int, ...], out_shape: tuple[int, ...],
                     pool: tuple[int, int], strides: tuple[int, int],
-                    pads: tuple[int, int, int, int], act_min: int, act_max: int) -> Kernel:
+                    pads: tuple[int, int, int, int], act_min: int, act_max: int,
+                    offset: int = 0) -> Kernel:
     """TFLite's int8 average pool: the sum of the window's in-bounds values divided by their
-    count, rounded half away from zero (input and output share their quantization)."""
+    count, rounded half away from zero (input and output share their quantization).
+    With `offset` (128: a uint8 pool on values mapped to int8) it rounds as TFLite's uint8
+    pool does, half up on the unmapped sum: (Σ + offset · count + count / 2) / count − offset."""
     _, h_, w_, _ = x_shape
     x = te.placeholder(x_shape, "int8", "x")
     ph, pw = pool
@@ -308,12 +354,27 @@ def avg_pool2d_nhwc(x_shape: tuple[int, ...], out_shape: tuple[int, ...],
         acc = total[n, i, j, c]
         cnt = count(i, j) if any(pads) else tirx.const(ph * pw, "int32")
         half = tirx.truncdiv(cnt, 2)
-        rounded = tirx.Select(acc > 0, tirx.truncdiv(acc + half, cnt),
-                              tirx.truncdiv(acc - half, cnt))
+        if offset:
+            rounded = tirx.truncdiv(acc + cnt * offset + half, cnt) - offset
+        else:
+            rounded = tirx.Select(acc > 0, tirx.truncdiv(acc + half, cnt),
+                                  tirx.truncdiv(acc - half, cnt))
         return _clamp_int8(rounded, act_min, act_max)
 
     out = te.compute(out_shape, average, name="out")
     return Kernel(_func([x, out]), [])
+
+
+def shift_domain(shape: tuple[int, ...], src: str, dst: str) -> Kernel:
+    """uint8 ↔ int8 with the same real values: x − 128 or x + 128 (zero points move by 128),
+    at the edges of a uint8 model whose kernels work on int8."""
+    if {src, dst} != {"uint8", "int8"}:
+        raise ValueError(f"no domain shift from {src} to {dst}")
+    x = te.placeholder(shape, src, "x")
+    delta = -128 if src == "uint8" else 128
+    out = te.compute(shape, lambda *i: (x[i].astype("int32") + delta).astype(dst), name="out")
+    # opaque to TVM's fusion: fused with a reshape, FuseTIR maps one var to two buffers
+    return Kernel(_func([x, out]).with_attr("op_pattern", OP_PATTERN_OPAQUE), [])
 
 
 def add(a_shape: tuple[int, ...], b_shape: tuple[int, ...], out_shape: tuple[int, ...],
