@@ -34,6 +34,7 @@ ZEPHYR_BASE_HINT = ("set ZEPHYR_BASE to a Zephyr 4.x tree (and ZEPHYR_MODULES to
                     "modules/hal/cmsis and modules/lib/cmsis_6 outside a west workspace); "
                     "docs/zephyr.md")
 BUILD_TIMEOUT = 1800
+ARM_TOOLCHAIN = "arm-none-eabi"  # Zephyr's gnuarmemb variant; other GNU prefixes: cross-compile
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class ZephyrBoard:
     exit: str
     qemu_machine: str | None = None
     qemu_cpu: str | None = None
+    qemu_args: tuple[str, ...] = ()  # more qemu-system-* arguments (RISC-V virt: -bios none)
     west_runner: str | None = None  # physical boards: the default `west flash --runner`
     west_runners: tuple[str, ...] = ()  # the runners the board's board.cmake offers
     usb_vid: int | None = None  # physical boards: the debug probe carrying the link
@@ -65,7 +67,7 @@ class ZephyrBoard:
     def from_json(cls, data: dict) -> ZephyrBoard:
         """The record in project.json (lists back to tuples; older projects lack fields)."""
         data = dict(data)
-        for key in ("west_runners", "usb_pids"):
+        for key in ("west_runners", "usb_pids", "qemu_args"):
             data[key] = tuple(data.get(key) or ())
         if data.get("features") is not None:
             data["features"] = tuple(data["features"])
@@ -133,6 +135,7 @@ def _table_entry(name: str, entry: dict) -> ZephyrBoard:
         ram_bytes=int(entry["ram_bytes"]),
         main_stack_bytes=int(entry["main_stack_bytes"]), uart=str(entry["uart"]),
         exit=str(entry["exit"]), qemu_machine=qemu.get("machine"), qemu_cpu=qemu.get("cpu"),
+        qemu_args=tuple(str(a) for a in qemu.get("args", ())),
         west_runner=flash.get("west_runner"),
         west_runners=tuple(str(r) for r in flash.get("west_runners", ())),
         usb_vid=_number(usb["vid"]) if usb else None,
@@ -170,10 +173,11 @@ def effective_board(zb: ZephyrBoard) -> Board:
     base = load_board(zb.stand_in)
     qemu, flash, usb = None, None, None
     if zb.runner == "qemu" and base.qemu is not None:
-        qemu = dataclasses.replace(base.qemu, machine=zb.qemu_machine, cpu=zb.qemu_cpu, args=())
+        qemu = dataclasses.replace(base.qemu, machine=zb.qemu_machine, cpu=zb.qemu_cpu,
+                                   args=zb.qemu_args)
     elif zb.runner == "qemu":
         qemu = QemuSpec(binary="qemu-system-arm", machine=str(zb.qemu_machine),
-                        cpu=str(zb.qemu_cpu))
+                        cpu=str(zb.qemu_cpu), args=zb.qemu_args)
     else:
         flash = FlashSpec(WEST_RUNNER, runners={WEST_RUNNER: {
             "runner": zb.west_runner, "runners": list(zb.west_runners)}})
@@ -212,18 +216,23 @@ def board_of_project(project: dict) -> Board:
 # ---- Building -----------------------------------------------------------------------------
 
 
-def toolchain_env(env: dict[str, str]) -> dict[str, str]:
-    """Zephyr SDK when the caller set one up, else gnuarmemb with arm-none-eabi-gcc on PATH."""
+def toolchain_env(env: dict[str, str], toolchain: str = ARM_TOOLCHAIN) -> dict[str, str]:
+    """Zephyr SDK when the caller set one up, else the stand-in's GNU toolchain from PATH:
+    gnuarmemb for arm-none-eabi, cross-compile (CROSS_COMPILE prefix) for any other."""
     out = dict(env)
     if out.get("ZEPHYR_TOOLCHAIN_VARIANT") or out.get("ZEPHYR_SDK_INSTALL_DIR"):
         return out
-    gcc = shutil.which("arm-none-eabi-gcc", path=out.get("PATH"))
+    gcc = shutil.which(f"{toolchain}-gcc", path=out.get("PATH"))
     if gcc is None:
         raise ToolchainError("no Zephyr toolchain: neither ZEPHYR_TOOLCHAIN_VARIANT / "
-                             "ZEPHYR_SDK_INSTALL_DIR is set nor arm-none-eabi-gcc on PATH",
-                             hint="install the Zephyr SDK, or apt-get install gcc-arm-none-eabi")
-    out["ZEPHYR_TOOLCHAIN_VARIANT"] = "gnuarmemb"
-    out["GNUARMEMB_TOOLCHAIN_PATH"] = str(Path(gcc).resolve().parent.parent)
+                             f"ZEPHYR_SDK_INSTALL_DIR is set nor {toolchain}-gcc on PATH",
+                             hint=f"install the Zephyr SDK, or apt-get install gcc-{toolchain}")
+    if toolchain == ARM_TOOLCHAIN:
+        out["ZEPHYR_TOOLCHAIN_VARIANT"] = "gnuarmemb"
+        out["GNUARMEMB_TOOLCHAIN_PATH"] = str(Path(gcc).resolve().parent.parent)
+    else:
+        out["ZEPHYR_TOOLCHAIN_VARIANT"] = "cross-compile"
+        out["CROSS_COMPILE"] = str(Path(gcc).parent / f"{toolchain}-")
     return out
 
 
@@ -264,7 +273,7 @@ def build_zephyr(project_dir: Path, project: dict, build_dir: Path, log: Path,
     if not (zephyr_base / "VERSION").is_file():
         raise ToolchainError(f"ZEPHYR_BASE ({base}) is not a Zephyr tree (no VERSION file)",
                              hint=ZEPHYR_BASE_HINT)
-    env = toolchain_env(env)
+    env = toolchain_env(env, project_board(project).toolchain)
     if shutil.which("ninja", path=env.get("PATH")) is None:
         raise ToolchainError("Zephyr builds need ninja on PATH", hint="apt-get install ninja-build")
     board = project["zephyr"]["board"]["name"]

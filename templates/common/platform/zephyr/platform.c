@@ -4,7 +4,8 @@
  * Link: the UART chosen as zephyr,console (the console itself is disabled in prj.conf), read
  * through an interrupt-driven ring buffer and written with polled output. Timer: the
  * kernel's hardware cycle counter. Exit: semihosting SYS_EXIT_EXTENDED under QEMU
- * (MTVG_ZEPHYR_SEMIHOSTING_EXIT=1), otherwise a cold reboot.
+ * (MTVG_ZEPHYR_SEMIHOSTING_EXIT=1; Arm's BKPT 0xAB or RISC-V's marked EBREAK), otherwise a
+ * cold reboot.
  */
 #include <errno.h>
 
@@ -143,9 +144,18 @@ void mtvg_platform_exit(int status) {
   static uint32_t block[2];
   block[0] = SEMIHOSTING_APPLICATION_EXIT;
   block[1] = (uint32_t)status;
+#if defined(__riscv)
+  /* The EBREAK between these two no-op shifts, uncompressed, is a semihosting call. */
+  register uintptr_t op __asm__("a0") = SEMIHOSTING_SYS_EXIT_EXTENDED;
+  register uintptr_t arg __asm__("a1") = (uintptr_t)block;
+  __asm__ volatile(".option push\n.option norvc\nslli x0, x0, 0x1f\nebreak\n"
+                   "srai x0, x0, 7\n.option pop"
+                   : "+r"(op) : "r"(arg) : "memory");
+#else
   register uint32_t op __asm__("r0") = SEMIHOSTING_SYS_EXIT_EXTENDED;
   register uint32_t arg __asm__("r1") = (uint32_t)(uintptr_t)block;
   __asm__ volatile("bkpt 0xab" : "+r"(op) : "r"(arg) : "memory");
+#endif
 #else
   (void)status;
 #endif
