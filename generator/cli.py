@@ -599,8 +599,9 @@ class Flash(Command):
 
     def do_add_parser(self, parser):
         parser.add_argument("project", type=Path, help="project directory")
-        parser.add_argument("--runner", help="flash tool: openocd, pyocd, picotool or uf2 "
-                                             "(default: the board file's)")
+        parser.add_argument("--runner", help="flash tool: openocd, pyocd, picotool or uf2; on a "
+                                             "Zephyr board one of its west runners (default: "
+                                             "the board's)")
         parser.add_argument("--serial-number", metavar="SN",
                             help="the board to flash when several are connected (its debug "
                                  "probe's USB serial number, see 'boards --connected')")
