@@ -16,6 +16,8 @@ builds the exact command. The board file names its default runner and, in one
     [flash.uf2]                             # copy a UF2 file to the BOOTSEL drive
     board_id = "RPI-RP2"
 and, for the runners that write UF2 images, `uf2_family_id = 0xe48bff56` in [flash].
+A Zephyr board (templates/zephyr/boards.json) gets the runner `west` (`west flash` with one of
+the runners Zephyr configured for it); `--runner` then names that west runner.
 """
 
 from __future__ import annotations
