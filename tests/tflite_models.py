@@ -726,9 +726,9 @@ def resnet_model(rng: np.random.Generator, size: int = 16, widths: Sequence[int]
     return g.serialize_ops(ops, [x_id], [yi]), inp
 
 
-def person_uint8_model(rng: np.random.Generator, size: int = 20, channels: int = 1,
-                       widths: Sequence[int] = (8, 16), classes: int = 3
-                       ) -> tuple[bytes, QTensor]:
+def person_model(rng: np.random.Generator, size: int = 20, channels: int = 1,
+                 widths: Sequence[int] = (8, 16), classes: int = 3, dtype: str = "uint8"
+                 ) -> tuple[bytes, QTensor]:
     """A person-detection / MobileNet-v1-style uint8 model (TFLite's asymmetric uint8
     quantization): a 3×3 stride-2 SAME conv, then per width a 3×3 SAME depthwise conv and a
     1×1 conv (the first depthwise has stride 2 when the input allows), all RELU6 with
@@ -736,10 +736,15 @@ def person_uint8_model(rng: np.random.Generator, size: int = 20, channels: int =
     RESHAPE, FULLY_CONNECTED and SOFTMAX (uint8: scale 1/256, zero point 0).
     Weights are uint8, per-tensor, with zero points away from 0 and 128; biases int32 with
     scale input_scale · weight_scale. The input has a nonzero zero point. Weight scales
-    follow an estimate of each layer's spread (outputs' RMS about 2.5 of the RELU6's 6)."""
+    follow an estimate of each layer's spread (outputs' RMS about 2.5 of the RELU6's 6).
+    ``dtype="int8"`` gives the int8 twin: zero points 128 lower, int8 weights in
+    [-127, 127] with zero point 0 (to compare the two paths' costs)."""
+    if dtype not in ("uint8", "int8"):
+        raise ValueError(f"dtype {dtype!r}: expected uint8 or int8")
+    shift = 0 if dtype == "uint8" else 128  # int8 zero points are the uint8 ones − 128
     g = _Graph()
     ops: list[tuple[int, list[int], list[int], int, _Options]] = []
-    inp = QTensor((1, size, size, channels), 1.0 / 128, 120, "uint8")
+    inp = QTensor((1, size, size, channels), 1.0 / 128, 120 - shift, dtype)
     x_id = g.add("input", inp)
     count = [0]
     relu6 = _activation("RELU6")
@@ -752,7 +757,10 @@ def person_uint8_model(rng: np.random.Generator, size: int = 20, channels: int =
                          ) -> tuple[QTensor, QTensor]:
         w_scale = float(2.5 / (x_rms * 74.0 * np.sqrt(fan_in)) * rng.uniform(0.8, 1.2))
         zero = int(rng.integers(90, 166))
-        weights = random_qtensor(rng, shape, w_scale, zero, "uint8")
+        if dtype == "uint8":
+            weights = random_qtensor(rng, shape, w_scale, zero, "uint8")
+        else:
+            weights = random_qtensor(rng, shape, w_scale, 0, "int8", low=-127, high=127)
         b_scale = x.scales[0] * w_scale
         bias = random_qtensor(rng, (shape[0] if shape[0] != 1 else shape[3],), b_scale, 0,
                               "int32", low=-int(0.5 / b_scale), high=int(0.5 / b_scale))
@@ -769,7 +777,7 @@ def person_uint8_model(rng: np.random.Generator, size: int = 20, channels: int =
             weights, bias = weights_and_bias((out_c, kernel, kernel, in_c), t,
                                              kernel * kernel * in_c, x_rms)
         hw = conv_output_size(t.shape[1], kernel, stride, "SAME")
-        out = QTensor((1, hw, hw, in_c if depthwise else out_c), 6.0 / 255, 0, "uint8")
+        out = QTensor((1, hw, hw, in_c if depthwise else out_c), 6.0 / 255, -shift, dtype)
         wi, bi, yi = g.add(name("w"), weights), g.add(name("b"), bias), g.add(name("conv"), out)
         pad = _padding("SAME")
 
@@ -809,7 +817,7 @@ def person_uint8_model(rng: np.random.Generator, size: int = 20, channels: int =
         h = conv(h, width, 1, 1, False, act_rms)
 
     side, width = h[0].shape[1], h[0].shape[3]
-    pooled = QTensor((1, 1, 1, width), h[0].scales[0], h[0].zero_points[0], "uint8")
+    pooled = QTensor((1, 1, 1, width), h[0].scales[0], h[0].zero_points[0], dtype)
     pi = g.add(name("pool"), pooled)
 
     def pool_options(b: flatbuffers.Builder) -> int:
@@ -825,7 +833,7 @@ def person_uint8_model(rng: np.random.Generator, size: int = 20, channels: int =
     ops.append((tflite.BuiltinOperator.AVERAGE_POOL_2D, [h[1]], [pi],
                 tflite.BuiltinOptions.Pool2DOptions, pool_options))
     flat_shape = np.asarray([1, width], dtype=np.int32)
-    flat = QTensor((1, width), pooled.scales[0], pooled.zero_points[0], "uint8")
+    flat = QTensor((1, width), pooled.scales[0], pooled.zero_points[0], dtype)
     si, fi = g.add_int32_constant(name("shape"), flat_shape), g.add(name("flat"), flat)
 
     def reshape_options(b: flatbuffers.Builder) -> int:
@@ -837,7 +845,7 @@ def person_uint8_model(rng: np.random.Generator, size: int = 20, channels: int =
     ops.append((tflite.BuiltinOperator.RESHAPE, [pi, si], [fi],
                 tflite.BuiltinOptions.ReshapeOptions, reshape_options))
     weights, bias = weights_and_bias((classes, width), flat, width, act_rms)
-    logits = QTensor((1, classes), 8.0 / 255, 118, "uint8")
+    logits = QTensor((1, classes), 8.0 / 255, 118 - shift, dtype)
     wi, bi, li = g.add(name("w"), weights), g.add(name("b"), bias), g.add(name("fc"), logits)
 
     def fc_options(b: flatbuffers.Builder) -> int:
@@ -847,7 +855,7 @@ def person_uint8_model(rng: np.random.Generator, size: int = 20, channels: int =
 
     ops.append((tflite.BuiltinOperator.FULLY_CONNECTED, [fi, wi, bi], [li],
                 tflite.BuiltinOptions.FullyConnectedOptions, fc_options))
-    probs = QTensor((1, classes), 1.0 / 256, 0, "uint8")
+    probs = QTensor((1, classes), 1.0 / 256, -shift, dtype)
     yi = g.add("output", probs)
 
     def softmax_options(b: flatbuffers.Builder) -> int:
