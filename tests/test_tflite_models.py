@@ -373,7 +373,7 @@ def test_qtensor_validation():
     with pytest.raises(ValueError, match="does not fit"):
         QTensor((2,), 0.1, 0, data=np.array([0, 200]))
     with pytest.raises(ValueError, match="dtype"):
-        QTensor((2,), 0.1, 0, dtype="uint8")
+        QTensor((2,), 0.1, 0, dtype="int16")
     assert QTensor((3, 2), [0.1, 0.2, 0.3], 0).zero_points == [0, 0, 0]
 
 

@@ -1,4 +1,4 @@
-"""Tiny single-operator int8 TFLite models, built in memory for tests.
+"""Tiny single-operator int8 (and uint8) TFLite models, built in memory for tests.
 
 Each ``*_model`` function returns the bytes of a ``.tflite`` flatbuffer (schema version 3, file
 identifier ``TFL3``): one subgraph holding one operator. Buffer 0 is the empty sentinel, which
@@ -37,7 +37,7 @@ _ACTIVATIONS = {"NONE": tflite.ActivationFunctionType.NONE,
 
 @dataclass
 class QTensor:
-    """An int8 or int32 tensor with its affine quantization.
+    """An int8, uint8 or int32 tensor with its affine quantization.
 
     ``scale``/``zero_point`` are per-tensor when scalars; a list of scales makes the tensor
     per-channel along ``quantized_dimension`` (a scalar ``zero_point`` is then repeated).
