@@ -369,6 +369,23 @@ def test_physical_board_builds(tmp_path, zephyr_tree, monkeypatch, zboard):
     assert set(entry.west_runners) <= {r for r in offered if r != "-"}
 
 
+def test_flash_runs_west_flash(tmp_path, zephyr_tree, monkeypatch, capsys):
+    """No board here: the real `west flash` starts openocd with the probe's serial number,
+    openocd finds no probe, and `flash` says so in one line (exit 2), the log in the build."""
+    for tool in ("west", "openocd"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
+    _use_hal(monkeypatch, zephyr_tree, "stm32")
+    project = tmp_path / "p"
+    generate(archive(SINE), "nucleo_f746zg", project, template=TEMPLATE)
+    assert main(["flash", str(project), "--serial-number", "SN1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "west failed (exit 1)" in err[0], err
+    log = (project / "build/flash.log").read_text()
+    assert log.startswith("$ west flash -d ") and "using runner openocd" in log
+    assert "-c 'adapter serial SN1'" in log and "build/zephyr/zephyr.hex" in log
+
+
 @pytest.mark.parametrize("zboard", sorted(QEMU_ZEPHYR_BOARDS))
 def test_sine_same_bytes_as_crt(tmp_path, zephyr_tree, zboard):
     samples = [{"dense_4_input": np.array([[x]], np.float32)} for x in (0.5, 1.25)]
