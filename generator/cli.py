@@ -638,8 +638,50 @@ class Flash(Command):
         return EXIT_OK
 
 
+class Tune(Command):
+    name = "tune"
+    help = ("tune a model's kernels on a board: candidate schedules built in batches into one "
+            "host-driven firmware, checked against the untuned kernel and timed on the device")
+
+    def do_add_parser(self, parser):
+        parser.add_argument("model", type=Path, help="ONNX or TFLite model")
+        parser.add_argument("--board", required=True, help="board name (see 'boards')")
+        parser.add_argument("--trials", type=int, default=64, metavar="N",
+                            help="candidates to measure in all, shared by the tasks by calls "
+                                 "per inference (default 64)")
+        parser.add_argument("--batch", type=int, default=8, metavar="N",
+                            help="candidates per firmware build (default 8)")
+        parser.add_argument("-o", "--output", type=Path, required=True,
+                            help="directory for log.jsonl and records.jsonl; a rerun "
+                                 "continues from them")
+        parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1,D2",
+                            help="static shape of an input (repeatable)")
+        parser.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+
+    def do_run(self, args):
+        from generator.export import frontend
+        from generator.tune import tune_model
+
+        shapes = frontend.parse_shape_overrides(args.input_shape)
+        summary = tune_model(args.model, args.board, args.trials, args.output,
+                             batch_size=args.batch, shapes=shapes, progress=progress,
+                             seed=args.seed)
+        if args.json:
+            self.emit_json(summary.to_json())
+            return EXIT_OK
+        for t in summary.tasks:
+            best = "-" if t.best_secs is None else f"{t.best_secs * 1e6:.3f} us"
+            ref = "" if t.reference_secs is None else \
+                f" (untuned {t.reference_secs * 1e6:.3f} us)"
+            print(f"{t.name} x{t.weight}: {t.done}/{t.budget} trials, best {best}{ref}")
+        c = summary.counters
+        print(f"{c.measured} measured, {c.failed} failed, {c.builds} builds in "
+              f"{summary.seconds:.1f} s; log {args.output / 'log.jsonl'}")
+        return EXIT_OK
+
+
 COMMANDS: list[Command] = [Export(), Info(), Boards(), Generate(), Build(), Run(), Serve(),
-                           Flash(), Accelerators()]
+                           Flash(), Accelerators(), Tune()]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,153 @@
+"""MetaSchedule's side: a PyBuilder and a PyRunner over `build_batch` and `measure_batch`.
+
+MetaSchedule hands the builder one batch of one task's candidates at a time (the tuner
+tunes tasks one after another), so a batch is one firmware, and the runner measures it
+on one device session. Results already in the log are answered from it, not measured.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
+
+from generator.tune.builder import CACHED, build_batch
+from generator.tune.log import Measurement, TuneLog
+from generator.tune.runner import EvaluatorConfig, measure_batch
+from generator.tune.tasks import Task
+
+
+@dataclass
+class Counters:
+    builds: int = 0  # firmware builds
+    measured: int = 0  # candidates measured on a device (timed or failed there)
+    failed: int = 0  # candidates with an error (build, check or call)
+    cached: int = 0  # candidates answered from the log
+    build_seconds: float = 0.0
+    measure_seconds: float = 0.0
+
+
+@dataclass
+class Measurer:
+    """What the builder and runner share: the task being tuned, the log, the counters."""
+    board: str
+    work_dir: Path
+    log: TuneLog
+    config: EvaluatorConfig = field(default_factory=EvaluatorConfig)
+    device: str = "local"
+    say: Callable[[str], None] | None = None
+    keep_batches: bool = False
+    task: Task | None = None
+    counters: Counters = field(default_factory=Counters)
+    reference_secs: dict[str, float] = field(default_factory=dict)
+    on_batch: Callable[[], None] | None = None
+
+    def build(self, mods: list) -> list[str | None | Exception]:
+        assert self.task is not None
+        start = time.monotonic()
+        batch = build_batch(self.task, mods, self.board, self.work_dir, self.log)
+        self.counters.build_seconds += time.monotonic() - start
+        if batch.project is not None or batch.errors:
+            self.counters.builds += 1
+        out: list = []
+        for i, artifact in enumerate(batch.artifacts):
+            if i in batch.errors:
+                from generator.tune.log import candidate_hash
+
+                m = Measurement(self.task.name, candidate_hash(mods[i]), batch.number,
+                                "builder", error=batch.errors[i])
+                self.log.append(m)
+                self.counters.failed += 1
+                out.append(RuntimeError(batch.errors[i]))
+            else:
+                out.append(artifact)
+        return out
+
+    def run(self, artifacts: list[str], shapes) -> list[Measurement]:
+        assert self.task is not None
+        results: list[Measurement | None] = [None] * len(artifacts)
+        projects: dict[str, list[int]] = {}
+        for i, artifact in enumerate(artifacts):
+            if artifact.startswith(CACHED):
+                known = self.log.lookup(self.task.name, artifact[len(CACHED):])
+                assert known is not None
+                m = Measurement(known.task, known.candidate, known.batch, known.device,
+                                known.run_secs, known.error, cached=True)
+                self.log.append(m)
+                self.counters.cached += 1
+                results[i] = m
+            else:
+                project, _, name = artifact.rpartition("#")
+                projects.setdefault(project, []).append(i)
+        for project, indices in projects.items():
+            start = time.monotonic()
+            batch = int(Path(project).parent.name)
+            measured = measure_batch(self.task.name, Path(project), shapes, self.config,
+                                     batch, self.device, self.say)
+            self.counters.measure_seconds += time.monotonic() - start
+            if measured.reference_secs:
+                self.reference_secs[self.task.name] = min(measured.reference_secs)
+            for i in indices:
+                name = artifacts[i].rpartition("#")[2]
+                m = measured.results[name]
+                self.log.append(m)
+                self.counters.measured += 1
+                self.counters.failed += m.error is not None
+                results[i] = m
+            if not self.keep_batches:
+                import shutil
+
+                shutil.rmtree(Path(project).parent, ignore_errors=True)
+        if self.on_batch:
+            self.on_batch()
+        return [m for m in results if m is not None]
+
+
+@derived_object
+class BatchBuilder(PyBuilder):
+    """Builds a batch of candidates into one host-driven firmware."""
+
+    def __init__(self, measurer: Measurer) -> None:
+        super().__init__()
+        self.measurer = measurer
+
+    def build(self, build_inputs):
+        built = self.measurer.build([b.mod for b in build_inputs])
+        return [BuilderResult(None, str(a)) if isinstance(a, Exception)
+                else BuilderResult(a, None) for a in built]
+
+
+@derived_object
+class _Done(PyRunnerFuture):
+    def __init__(self, result) -> None:
+        super().__init__()
+        self._result = result
+
+    def done(self) -> bool:
+        return True
+
+    def result(self):
+        return self._result
+
+
+@derived_object
+class DeviceRunner(PyRunner):
+    """Checks and times the candidates of each built batch on a device session."""
+
+    def __init__(self, measurer: Measurer) -> None:
+        super().__init__()
+        self.measurer = measurer
+
+    def run(self, runner_inputs):
+        if not runner_inputs:
+            return []
+        shapes = [(tuple(int(d) for d in a.shape), str(a.dtype))
+                  for a in runner_inputs[0].args_info]
+        measured = self.measurer.run([r.artifact_path for r in runner_inputs], shapes)
+        return [_Done(RunnerResult(m.run_secs, None) if m.run_secs
+                      else RunnerResult(None, m.error)) for m in measured]

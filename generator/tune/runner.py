@@ -1,0 +1,167 @@
+"""Measuring a built batch on a device: check each candidate against `ref`, then time it.
+
+Inputs are random (int8 over its whole range, wider integers within ±2^15, floats normal).
+A candidate counts only when its outputs equal the reference kernel's on the same inputs
+(integers bit-exact, floats within 1e-5); otherwise it is recorded as failed, not timed.
+A call that kills or hangs the device fails that candidate; the runner starts a fresh
+device session and goes on. A device that does not come back fails the rest of the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from generator.errors import MtgError
+from generator.export.lower import last_line
+from generator.tune.builder import REFERENCE, batch_info
+from generator.tune.log import Measurement
+from generator.tune.session import DeviceSession
+
+FLOAT_TOLERANCE = 1e-5
+INT_RANGE = 2**15  # wider-than-8-bit integer inputs: |x| < this (no overflow in kernels)
+MAX_RESTARTS = 2  # fresh device sessions per batch before the device is given up
+SENTINEL = 77  # what output tensors hold before a call (a kernel that writes nothing fails)
+
+
+@dataclass
+class EvaluatorConfig:
+    number: int = 10
+    repeat: int = 3
+    min_repeat_ms: int = 0
+    reply_timeout: float = 20.0  # seconds a call may take before the device counts as hung
+    seed: int = 0
+
+
+@dataclass
+class BatchMeasurement:
+    results: dict[str, Measurement] = field(default_factory=dict)  # operator → result
+    reference_secs: list[float] | None = None
+    restarts: int = 0
+    device_lost: str | None = None
+
+
+def random_inputs(shapes: list[tuple[tuple[int, ...], str]], rng: np.random.Generator) \
+        -> list[np.ndarray]:
+    out = []
+    for shape, dtype in shapes:
+        dt = np.dtype(dtype)
+        if dt.kind == "f":
+            out.append(rng.standard_normal(shape).astype(dt))
+        elif dt.kind == "b":
+            out.append(rng.integers(0, 2, shape).astype(dt))
+        elif dt.itemsize == 1:
+            info = np.iinfo(dt)
+            out.append(rng.integers(info.min, info.max + 1, shape, dtype=dt))
+        else:
+            low = 0 if dt.kind == "u" else -INT_RANGE
+            out.append(rng.integers(low, INT_RANGE, shape).astype(dt))
+    return out
+
+
+def outputs_match(got: np.ndarray, want: np.ndarray) -> str | None:
+    """None when equal (floats within FLOAT_TOLERANCE), else what differs."""
+    if got.dtype.kind == "f":
+        bad = ~np.isclose(got, want, rtol=FLOAT_TOLERANCE, atol=FLOAT_TOLERANCE, equal_nan=False)
+    else:
+        bad = got != want
+    count = int(np.count_nonzero(bad))
+    if count == 0:
+        return None
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    return (f"output differs from the reference at {count} of {got.size} elements "
+            f"(first {list(first)}: {got[first]} != {want[first]})")
+
+
+def measure_batch(task: str, project: Path, shapes: list[tuple[tuple[int, ...], str]],
+                  config: EvaluatorConfig, batch: int, device: str = "local",
+                  say: Callable[[str], None] | None = None) -> BatchMeasurement:
+    """Check and time every candidate of a built batch project on a fresh device."""
+    info = batch_info(project)
+    names = sorted(info["candidates"], key=lambda n: int(n[len("cand"):]))
+    n_out = int(info["outputs"].get(REFERENCE, 1))
+    rng = np.random.default_rng(config.seed + batch)
+    inputs = random_inputs(shapes[:len(shapes) - n_out], rng)
+    out_specs = shapes[len(shapes) - n_out:]
+    result = BatchMeasurement()
+
+    def record(name: str, secs=None, error=None) -> None:
+        result.results[name] = Measurement(task, info["candidates"][name], batch, device,
+                                           secs, error)
+
+    session = DeviceSession(Path(project), config.reply_timeout)
+    try:
+        session.open()
+        try:
+            reference = _call(session, REFERENCE, inputs, out_specs)
+            result.reference_secs = _time(session, REFERENCE, inputs, out_specs, config)
+        except Exception as exc:
+            for name in names:
+                record(name, error=f"the reference kernel failed: {last_line(exc)}")
+            return result
+        for position, name in enumerate(names):
+            try:
+                got = _call(session, name, inputs, out_specs)
+                problem = next((p for p in (outputs_match(g, w)
+                                            for g, w in zip(got, reference, strict=True))
+                                if p), None)
+                if problem:
+                    record(name, error=problem)
+                    continue
+                record(name, secs=_time(session, name, inputs, out_specs, config))
+                continue
+            except Exception as exc:
+                record(name, error=f"the call failed: {last_line(exc)}")
+            if session.alive():
+                continue
+            # the candidate crashed, hung or reset the device: a fresh session
+            session.close()
+            try:
+                if result.restarts >= MAX_RESTARTS:
+                    raise MtgError(f"{MAX_RESTARTS} restarts in this batch")
+                result.restarts += 1
+                session.open()
+            except Exception as exc:
+                result.device_lost = f"device {device} did not come back: {last_line(exc)}"
+                if say:
+                    say(result.device_lost)
+                for rest in names[position + 1:]:
+                    record(rest, error=result.device_lost)
+                break
+    except MtgError as exc:
+        for name in names:
+            if name not in result.results:
+                record(name, error=f"no device session: {exc.one_line()}")
+    finally:
+        session.close()
+    return result
+
+
+def _tensors(session: DeviceSession, inputs: list[np.ndarray], out_specs):
+    import tvm
+
+    dev = session.remote.cpu(0)
+    args = [tvm.runtime.tensor(a, dev) for a in inputs]
+    for shape, dtype in out_specs:
+        dt = np.dtype(dtype)
+        fill = np.nan if dt.kind == "f" else SENTINEL
+        args.append(tvm.runtime.tensor(np.full(shape, fill, dtype=dt), dev))
+    return args
+
+
+def _call(session: DeviceSession, name: str, inputs, out_specs) -> list[np.ndarray]:
+    args = _tensors(session, inputs, out_specs)
+    session.remote.system_lib()[name](*args)
+    return [a.numpy() for a in args[len(inputs):]]
+
+
+def _time(session: DeviceSession, name: str, inputs, out_specs,
+          config: EvaluatorConfig) -> list[float]:
+    args = _tensors(session, inputs, out_specs)
+    lib = session.remote.system_lib()
+    f = lib.time_evaluator(name, session.remote.cpu(0), number=config.number,
+                           repeat=config.repeat, min_repeat_ms=config.min_repeat_ms)
+    return [float(s) for s in f(*args).results]

@@ -1,0 +1,78 @@
+"""Tuning tasks: the distinct kernels a model runs, as our export pipeline makes them.
+
+The model goes through the same steps as `export`: import, the integer rewrite (int8 models
+keep int8 kernels), TVM's legalize-and-fuse pipeline. Each PrimFunc main calls is a kernel;
+identical kernels (structurally equal) are one task whose weight is its number of calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from generator.errors import ExportError
+
+
+@dataclass
+class Task:
+    name: str  # the first kernel of this shape in the model (a C identifier)
+    func: object  # tvm.tirx.PrimFunc: the untuned kernel, global_symbol "main"
+    weight: int  # calls per inference
+    kernels: list[str]  # every kernel name that is this task
+
+    @property
+    def mod(self):
+        """The task's workload: an IRModule with one function, `main`."""
+        import tvm
+
+        return tvm.IRModule({"main": self.func})
+
+
+def extract_tasks(model_path: Path, shapes: dict[str, tuple[int, ...]] | None = None) \
+        -> list[Task]:
+    """The model's tasks, in order of first call."""
+    import tvm
+    from tvm import relax
+
+    from generator.export import frontend
+    from generator.export.lower import last_line, relax_pipeline
+    from generator.export.quantize import integer_rewrite
+
+    mod, _ = frontend.import_model(Path(model_path), shapes or {})
+    try:
+        with tvm.transform.PassContext(opt_level=3), frontend.quiet_native_stderr():
+            mod, _ = integer_rewrite(mod)
+            fused = relax_pipeline()(mod)
+    except ExportError:
+        raise
+    except Exception as exc:
+        raise ExportError(f"TVM could not legalize and fuse the model: {last_line(exc)}") \
+            from exc
+    calls: list[str] = []
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", None) == "relax.call_tir":
+            calls.append(expr.args[0].name_hint)
+
+    relax.analysis.post_order_visit(fused["main"].body, visit)
+    return tasks_from_calls({name: fused[name] for name in calls}, calls)
+
+
+def tasks_from_calls(funcs: dict, calls: list[str]) -> list[Task]:
+    """Group kernels `funcs` (name → PrimFunc) called in order `calls` into tasks."""
+    from tvm_ffi import structural_equal
+
+    tasks: list[Task] = []
+    for name in calls:
+        func = funcs[name].with_attr("global_symbol", "main")
+        for task in tasks:
+            if structural_equal(task.func, func):
+                task.weight += 1
+                if name not in task.kernels:
+                    task.kernels.append(name)
+                break
+        else:
+            tasks.append(Task(name, func, 1, [name]))
+    if not tasks:
+        raise ExportError("the model's main function calls no TIR kernels; nothing to tune")
+    return tasks

@@ -1,0 +1,229 @@
+"""`tune_model`: extract a model's tasks and tune each on a device.
+
+Tasks are tuned one after another, each with its share of the trials (by calls per
+inference). MetaSchedule's `tune_tasks` cannot run in TVM 0.27.0.post1 (its task scheduler
+saves IR as JSON, which crashes: see records.py), so the search loop is ours, over
+MetaSchedule's parts: the design space of `space.py`, random decisions replayed on its
+traces, and its mutators applied to the best traces measured so far. Each batch goes
+through MetaSchedule's builder/runner interface (`measure.py`). The output directory gets
+`log.jsonl` (every measurement) and `records.jsonl` (every timed candidate's trace). A rerun
+counts the trials the log has and measures only new candidates.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from generator.errors import InputError
+from generator.tune.log import LOG_NAME, TuneLog, candidate_hash
+from generator.tune.measure import BatchBuilder, Counters, DeviceRunner, Measurer
+from generator.tune.records import RECORDS_NAME, Record, append_record, plain, read_records
+from generator.tune.runner import EvaluatorConfig
+from generator.tune.space import tune_context
+from generator.tune.tasks import Task, extract_tasks
+
+MUTATE_SHARE = 0.5  # of new candidates, once something is timed: mutations of the best
+PARENTS = 4  # the best traces of a task that mutations start from
+PROPOSE_TRIES = 20  # attempts per wanted candidate before the space counts as exhausted
+
+
+@dataclass
+class TaskSummary:
+    name: str
+    weight: int
+    budget: int  # trials this task gets in total
+    done: int  # distinct candidates with a result, this run and earlier ones
+    best_secs: float | None
+    reference_secs: float | None  # the untuned kernel, measured next to the candidates
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "weight": self.weight, "budget": self.budget,
+                "done": self.done, "best_secs": self.best_secs,
+                "reference_secs": self.reference_secs}
+
+
+@dataclass
+class TuneSummary:
+    model: str
+    board: str
+    directory: Path
+    trials: int
+    tasks: list[TaskSummary] = field(default_factory=list)
+    counters: Counters = field(default_factory=Counters)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        c = self.counters
+        return {"model": self.model, "board": self.board, "directory": str(self.directory),
+                "trials": self.trials, "tasks": [t.to_json() for t in self.tasks],
+                "builds": c.builds, "measured": c.measured, "failed": c.failed,
+                "cached": c.cached, "build_seconds": round(c.build_seconds, 3),
+                "measure_seconds": round(c.measure_seconds, 3),
+                "seconds": round(self.seconds, 3),
+                "records": str(self.directory / RECORDS_NAME),
+                "log": str(self.directory / LOG_NAME)}
+
+
+def budgets(tasks: list[Task], trials: int) -> list[int]:
+    """Each task's share of `trials`, by weight (at least one trial each)."""
+    total = sum(t.weight for t in tasks)
+    return [max(1, round(trials * t.weight / total)) for t in tasks]
+
+
+def tune_model(model: Path, board: str, trials: int, out_dir: Path, *, batch_size: int = 8,
+               config: EvaluatorConfig | None = None,
+               shapes: dict[str, tuple[int, ...]] | None = None,
+               progress: Callable[[str], None] | None = None,
+               seed: int = 0) -> TuneSummary:
+    """Tune every task of `model` on `board`; results in `out_dir`."""
+    from generator.boards import load_board
+
+    load_board(board)
+    tasks = extract_tasks(Path(model), shapes)
+    return tune_tasks(tasks, board, trials, out_dir, batch_size=batch_size, config=config,
+                      progress=progress, seed=seed, model=str(model))
+
+
+def tune_tasks(tasks: list[Task], board: str, trials: int, out_dir: Path, *,
+               batch_size: int = 8, config: EvaluatorConfig | None = None,
+               progress: Callable[[str], None] | None = None, seed: int = 0,
+               model: str = "") -> TuneSummary:
+    from generator.boards import load_board
+
+    if trials < 1 or batch_size < 1:
+        raise InputError("--trials and --batch must be at least 1")
+    load_board(board)  # an unknown board is refused before anything runs
+    start = time.monotonic()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = TuneLog.open(out_dir)
+    measurer = Measurer(board, out_dir, log, config or EvaluatorConfig(seed=seed), say=progress)
+    summary = TuneSummary(model, board, out_dir, trials, counters=measurer.counters)
+    rng = np.random.default_rng(seed + log.batches)  # a rerun proposes other candidates
+    for index, (task, share) in enumerate(zip(tasks, budgets(tasks, trials), strict=True)):
+
+        def report(task=task, share=share, index=index) -> None:
+            if progress:
+                ref = measurer.reference_secs.get(task.name)
+                progress(f"task {index + 1}/{len(tasks)} {task.name}: "
+                         f"{min(log.measured(task.name), share)}/{share} trials, best "
+                         f"{_us(log.best(task.name))}" + (f" (untuned {_us(ref)})" if ref
+                                                         else ""))
+
+        measurer.task = task
+        if log.measured(task.name) < share:
+            _tune_task(task, share, measurer, batch_size, rng, report)
+        else:
+            report()
+        summary.tasks.append(TaskSummary(task.name, task.weight, share,
+                                         log.measured(task.name), log.best(task.name),
+                                         measurer.reference_secs.get(task.name)))
+    summary.seconds = time.monotonic() - start
+    return summary
+
+
+def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int,
+               rng: np.random.Generator, report: Callable[[], None]) -> None:
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+    from tvm_ffi import structural_hash
+
+    log = measurer.log
+    workload = f"{structural_hash(task.mod) & (2**64 - 1):016x}"
+    ctx = tune_context(task.mod, task.name, "replay-trace", int(rng.integers(1, 2**30)))
+    proposer = _Proposer(task, ctx, rng)
+    for r in read_records(measurer.work_dir):
+        if r.workload == workload:
+            proposer.add_parent(r.trace, min(r.run_secs))
+    builder, runner = BatchBuilder(measurer), DeviceRunner(measurer)
+    args_info = ArgInfo.from_prim_func(task.func)
+    while log.measured(task.name) < share:
+        schedules = proposer.propose(min(batch_size, share - log.measured(task.name)), log)
+        if not schedules:
+            if measurer.say:
+                measurer.say(f"{task.name}: no new candidates in the search space; "
+                             f"{log.measured(task.name)} of {share} trials")
+            return
+        built = builder.build([BuilderInput(s.mod, ctx.target) for s in schedules])
+        pending = [(s, b.artifact_path) for s, b in zip(schedules, built, strict=True)
+                   if b.error_msg is None]
+        futures = runner.run([RunnerInput(a, "cpu", args_info) for _, a in pending])
+        for (sch, _), future in zip(pending, futures, strict=True):
+            result = future.result()
+            if result.run_secs:
+                secs = [float(s) for s in result.run_secs]
+                trace = plain(sch.trace.as_json(remove_postproc=True))
+                append_record(measurer.work_dir, Record(task.name, workload,
+                                                        candidate_hash(sch.mod), secs, trace))
+                proposer.add_parent(trace, min(secs))
+        report()
+
+
+class _Proposer:
+    """New candidates: random decisions on the design space's traces, or a mutation of one
+    of the best traces measured."""
+
+    def __init__(self, task: Task, ctx, rng: np.random.Generator) -> None:
+        self.task = task
+        self.ctx = ctx
+        self.rng = rng
+        self.spaces = ctx.generate_design_space()
+        self.postprocs = list(ctx.space_generator.postprocs)
+        self.mutators = list(ctx.space_generator.mutator_probs.items())
+        self.parents: list[tuple[float, list]] = []  # (best seconds, trace JSON)
+
+    def add_parent(self, trace_json: list, secs: float) -> None:
+        self.parents.append((secs, trace_json))
+        self.parents.sort(key=lambda p: p[0])
+        del self.parents[PARENTS:]
+
+    def propose(self, count: int, log: TuneLog) -> list:
+        out, seen = [], set()
+        for _ in range(count * PROPOSE_TRIES):
+            if len(out) == count:
+                break
+            sch = self._one()
+            if sch is None:
+                continue
+            h = candidate_hash(sch.mod)
+            if h in seen or log.lookup(self.task.name, h) is not None:
+                continue  # measured already (this run or an earlier one)
+            seen.add(h)
+            out.append(sch)
+        return out
+
+    def _one(self):
+        from tvm import s_tir
+        from tvm.s_tir.schedule import Trace
+
+        seed = int(self.rng.integers(1, 2**30))
+        try:
+            sch = s_tir.Schedule(self.task.mod, seed=seed)
+            if self.parents and self.rng.random() < MUTATE_SHARE:
+                parent = self.parents[int(self.rng.integers(len(self.parents)))][1]
+                base = s_tir.Schedule(self.task.mod, seed=seed)
+                Trace.apply_json_to_schedule(parent, base)
+                probs = np.array([float(p) for _, p in self.mutators])
+                mutator = self.mutators[int(self.rng.choice(len(probs), p=probs / probs.sum()))]
+                trace = mutator[0].apply(base.trace)
+                if trace is None:
+                    return None
+            else:
+                space = self.spaces[int(self.rng.integers(len(self.spaces)))]
+                trace = Trace(space.trace.insts, {})
+            trace.apply_to_schedule(sch, remove_postproc=True)
+            if not all(p.apply(sch) for p in self.postprocs):
+                return None
+            return sch
+        except Exception:  # a sample TVM refuses: draw another
+            return None
+
+
+def _us(secs: float | None) -> str:
+    return "-" if secs is None else f"{secs * 1e6:.3f} us"
