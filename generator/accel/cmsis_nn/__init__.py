@@ -13,6 +13,8 @@ from __future__ import annotations
 from math import prod
 from pathlib import Path
 
+import numpy as np
+
 from generator.accel import (
     Accelerator,
     Driver,
@@ -32,6 +34,12 @@ DRIVER_DIR = Path(__file__).resolve().parent / "driver"
 PATH_ENV = "CMSIS_NN_PATH"
 MARKER = Path("Include") / "arm_nnfunctions.h"
 SCRATCH_SLACK = 64
+MAX_DIM = 65535  # MTVG_CMSIS_NN_MAX_DIM
+MAX_SOFTMAX_ROW = 255  # longer rows reach a 31-bit rounding shift (driver/mtvg_cmsis_nn.h)
+MAX_ADD_SHIFT_BITS = 23  # left shift + input shift + 1 + output shift (the driver's limit)
+# CMSIS-NN's MVE depthwise kernel may read up to 3 elements past the weights, bias,
+# multiplier and shift arrays: they get this many zero elements at the end.
+DEPTHWISE_OVERREAD = 4
 MVE_DEPTHWISE_CHANNEL_BLOCK = 128  # more than CMSIS-NN's CH_IN_BLOCK_MVE
 
 
@@ -67,30 +75,52 @@ class CmsisNN(Accelerator):
         x = dpl.wildcard()
         pool = dpl.is_op("relax.nn.max_pool2d")(x)
         return [
-            int8_op("conv2d"),
-            int8_op("depthwise_conv2d"),
-            _checked(int8_op("dense"), self._check_dense),
+            _checked(int8_op("conv2d"), self._check_conv),
+            _checked(int8_op("depthwise_conv2d"), self._check_conv),
+            int8_op("dense"),
             int8_op("avg_pool2d"),
             _checked(int8_op("add"), self._check_add),
-            int8_op("softmax"),
+            _checked(int8_op("softmax"), self._check_softmax),
             Pattern("max_pool2d", pool, {"x": x, "pool": pool}, ("x",),
                     check=self._check_max_pool),
         ]
 
     @staticmethod
-    def _check_dense(m: Match) -> str | None:
-        mult = m.op.tensors["multiplier"]
-        shift = m.op.tensors["shift"]
-        if (mult != mult[0]).any() or (shift != shift[0]).any():
-            return "per-channel fully connected (CMSIS-NN v7's arm_fully_connected_s8 is " \
-                   "per-tensor)"
+    def _check_conv(m: Match) -> str | None:
+        """What the driver's argument checks would refuse (projects build it with
+        MTVG_CMSIS_NN_CHECK_ARGUMENTS=0, so the exporter refuses it here instead)."""
+        op, p = m.op, m.op.params
+        t = op.tensors
+        dims = (*op.input_shapes[0], *op.output_shape, *t["weights"].shape, *p["strides"],
+                *p["dilation"])
+        if min(dims) < 1 or max(dims) > MAX_DIM or min(p["padding"]) < 0:
+            return "a dimension outside CMSIS-NN's range"
+        if not all(-128 <= v <= 127 for v in (p["input_zero_point"], p["output_zero_point"],
+                                               p["act_min"], p["act_max"])) \
+                or p["act_min"] > p["act_max"]:
+            return "a zero point or activation range outside int8"
+        if (t["multiplier"] < 0).any() or (t["shift"] < -31).any() or (t["shift"] > 30).any():
+            return "a requantization multiplier or shift CMSIS-NN cannot take"
+        if op.kind == "depthwise_conv2d" and op.output_shape[3] % op.input_shapes[0][3]:
+            return "depthwise output channels not a multiple of the input channels"
         return None
 
     @staticmethod
     def _check_add(m: Match) -> str | None:
         a, b = m.op.input_shapes
+        p = m.op.params
         if tuple(a) != tuple(b) or tuple(a) != tuple(m.op.output_shape):
             return "broadcasting add (arm_elementwise_add_s8 takes equal shapes)"
+        if p["left_shift"] + max(*p["shifts"], 0) + 1 + max(p["output_shift"], 0) > \
+                MAX_ADD_SHIFT_BITS:
+            return "add shifts that would overflow int32 in CMSIS-NN"
+        return None
+
+    @staticmethod
+    def _check_softmax(m: Match) -> str | None:
+        if m.op.input_shapes[0][-1] > MAX_SOFTMAX_ROW:
+            return (f"softmax rows over {MAX_SOFTMAX_ROW} elements (the sum's rounding shift "
+                    "reaches 31 bits in CMSIS-NN's divide)")
         return None
 
     @staticmethod
@@ -156,7 +186,15 @@ class CmsisNN(Accelerator):
         (sh, sw), (dh, dw) = p["strides"], p["dilation"]
         pt, pl = p["padding"][0], p["padding"][1]
         symbol = "mtvg_cmsis_nn_depthwise_conv2d_s8" if depthwise else "mtvg_cmsis_nn_conv2d_s8"
-        func = extern_kernel(self.name, symbol, _int8_params(op), [
+        consts = [t["weights"], t["bias"], t["multiplier"], t["shift"]]
+        if depthwise:
+            consts = [np.concatenate([c.reshape(-1), np.zeros(DEPTHWISE_OVERREAD, c.dtype)])
+                      for c in consts]
+        params = [Param("input", op.input_shapes[0], "int8"),
+                  *(Param(n, c.shape, str(c.dtype)) for n, c in
+                    zip(("weights", "bias", "multiplier", "shift"), consts, strict=True)),
+                  Param("output", op.output_shape, "int8")]
+        func = extern_kernel(self.name, symbol, params, [
             "input", "weights", "bias", "multiplier", "shift", "output", h, w, c, oh, ow, o,
             kh, kw, sh, sw, pt, pl, dh, dw, p["input_zero_point"], p["output_zero_point"],
             p["act_min"], p["act_max"]])
@@ -167,8 +205,7 @@ class CmsisNN(Accelerator):
         else:
             macs = o * c * taps
             scratch = conv_scratch(c * kh * kw)
-        return Lowering(func, [t["weights"], t["bias"], t["multiplier"], t["shift"]], macs,
-                        scratch)
+        return Lowering(func, consts, macs, scratch)
 
     def _max_pool(self, m: Match) -> Lowering:
         a = m.attrs("pool")
@@ -195,6 +232,7 @@ class CmsisNN(Accelerator):
         return Driver(DRIVER_DIR, sources=("mtvg_cmsis_nn.c",), headers=("mtvg_cmsis_nn.h",),
                       external=(ExternalSources("cmsis-nn", root, ("Source/*/*.c",),
                                                 ("Include",)),),
+                      defines={"MTVG_CMSIS_NN_CHECK_ARGUMENTS": 0},
                       counters="mtvg_cmsis_nn_counters",
                       scratch_define="MTVG_CMSIS_NN_SCRATCH_BYTES")
 

@@ -52,6 +52,17 @@
 extern "C" {
 #endif
 
+/*!
+ * \brief 1: conv2d and depthwise_conv2d check every argument on every call (shapes,
+ * zero points, ranges, and each channel's multiplier and shift: a loop over the
+ * channels); 0: only that no pointer is NULL. Generated projects set 0: the exporter
+ * (generator/accel/cmsis_nn) refuses, at export, any value these checks would refuse,
+ * and the geometry comes from TVM's shape inference. The other operators always check.
+ */
+#ifndef MTVG_CMSIS_NN_CHECK_ARGUMENTS
+#define MTVG_CMSIS_NN_CHECK_ARGUMENTS 1
+#endif
+
 #ifndef MTVG_CMSIS_NN_SCRATCH_BYTES
 /*! \brief Bytes of the one scratch buffer (the project sets it from the model's needs). */
 #define MTVG_CMSIS_NN_SCRATCH_BYTES 4096
