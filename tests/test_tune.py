@@ -1,0 +1,189 @@
+"""On-device tuning (generator/tune): real builds, a real host-driven device, real timing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, SHARED, require_board_tools
+
+BOARD = "host"
+
+
+def _int8_dense(bias: int = 0):
+    """An int8 dense with int32 accumulation (4x64 by 32x64), optionally off by `bias`."""
+    from tvm import te
+
+    x = te.placeholder((4, 64), name="x", dtype="int8")
+    w = te.placeholder((32, 64), name="w", dtype="int8")
+    k = te.reduce_axis((0, 64), "k")
+    out = te.compute((4, 32), lambda i, j: te.sum(
+        x[i, k].astype("int32") * w[j, k].astype("int32") + (bias if bias else 0), axis=k),
+        name="qdense")
+    return te.create_prim_func([x, w, out])
+
+
+def _task():
+    from generator.tune.tasks import tasks_from_calls
+
+    (task,) = tasks_from_calls({"qdense": _int8_dense()}, ["qdense", "qdense"])
+    return task
+
+
+def _log(directory) -> list[dict]:
+    return [json.loads(line) for line in (directory / "log.jsonl").read_text().splitlines()]
+
+
+def test_tasks_are_deduplicated_and_weighted():
+    from generator.tune.tasks import tasks_from_calls
+
+    tasks = tasks_from_calls({"a": _int8_dense(), "b": _int8_dense(), "c": _int8_dense(1)},
+                             ["a", "b", "a", "c"])
+    assert [(t.name, t.weight, t.kernels) for t in tasks] == [("a", 3, ["a", "b"]),
+                                                              ("c", 1, ["c"])]
+
+
+def test_int8_model_tasks_are_the_integer_kernels():
+    from generator.tune.tasks import extract_tasks
+
+    model = SHARED / "fixtures" / "models" / "hello_world" / "hello_world_int8.tflite"
+    if not model.exists():
+        pytest.skip(f"needs {model}")
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    tasks = extract_tasks(model)
+    assert [t.name for t in tasks] == ["q_dense", "q_dense1", "q_dense2"]
+    for t in tasks:  # int8 in, int8 out: the rewrite's kernels, not dequantize → float
+        dtypes = [str(a.dtype) for a in ArgInfo.from_prim_func(t.func)]
+        assert dtypes[0] == "int8" and dtypes[-1] == "int8", dtypes
+
+
+def test_outputs_compare_bit_exact_for_integers_and_within_1e5_for_floats():
+    from generator.tune.runner import outputs_match
+
+    a = np.arange(12, dtype="int8").reshape(3, 4)
+    b = a.copy()
+    assert outputs_match(a, b) is None
+    b[2, 1] += 1
+    assert "1 of 12 elements (first [2, 1]" in outputs_match(a, b)
+    f = np.linspace(0, 1, 8, dtype="float32")
+    assert outputs_match(f, f + 5e-6) is None
+    assert outputs_match(f, f + 1e-3) is not None
+    assert outputs_match(f, np.full_like(f, np.nan)) is not None
+
+
+def test_trace_json_is_plain_and_replays_to_the_same_kernel():
+    from generator.tune.log import candidate_hash
+    from generator.tune.records import Record, apply_record, plain
+    from generator.tune.space import tune_context
+
+    task = _task()
+    ctx = tune_context(task.mod, task.name, "replay-trace", 1)
+    (space, *_) = ctx.generate_design_space()
+    trace = json.loads(json.dumps(plain(space.trace.as_json(remove_postproc=True))))
+    record = Record(task.name, "w", "c", [1.0], trace)
+    replayed = apply_record(task.func, record)
+    import tvm
+
+    assert candidate_hash(tvm.IRModule({"main": replayed})) == candidate_hash(space.mod)
+
+
+def test_tune_measures_checks_and_resumes(tmp_path):
+    """8 trials in one firmware; a rerun measures nothing; more trials measure only new
+    candidates (no candidate is measured twice, from the log)."""
+    from generator.tune import tune_tasks
+
+    require_board_tools(BOARD)
+    lines: list[str] = []
+    first = tune_tasks([_task()], BOARD, 8, tmp_path, batch_size=8, progress=lines.append)
+    assert first.counters.builds == 1
+    assert first.counters.measured == 8
+    log = _log(tmp_path)
+    assert len(log) == 8
+    timed = [e for e in log if "run_secs" in e]
+    assert timed, log
+    for e in log:
+        assert e["task"] == "qdense" and e["batch"] == 0 and e["device"] == "local"
+        assert len(e["candidate"]) == 16
+        assert ("run_secs" in e) != ("error" in e)
+    assert all(len(e["run_secs"]) == 3 and all(s > 0 for s in e["run_secs"]) for e in timed)
+    records = (tmp_path / "records.jsonl").read_text().splitlines()
+    assert len(records) == len(timed)
+    (summary,) = first.tasks
+    assert summary.weight == 2 and summary.done == 8
+    assert summary.best_secs == min(min(e["run_secs"]) for e in timed)
+    assert summary.reference_secs and summary.reference_secs > 0
+    assert any("task 1/1 qdense: 8/8 trials, best" in line for line in lines)
+    assert not (tmp_path / "batches" / "00000").exists()  # the batch's build is removed
+
+    again = tune_tasks([_task()], BOARD, 8, tmp_path, batch_size=8)
+    assert (again.counters.builds, again.counters.measured) == (0, 0)
+    assert _log(tmp_path) == log
+
+    more = tune_tasks([_task()], BOARD, 12, tmp_path, batch_size=8)
+    assert more.counters.builds == 1 and more.counters.measured == 4
+    measured = [e["candidate"] for e in _log(tmp_path) if not e.get("cached")]
+    assert len(measured) == 12 and len(set(measured)) == 12
+
+
+def test_a_wrong_candidate_is_recorded_failed_not_timed(tmp_path):
+    """A kernel whose outputs differ from the untuned kernel's gets an error, no time."""
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    from generator.tune.log import TuneLog
+    from generator.tune.measure import BatchBuilder, DeviceRunner, Measurer
+
+    require_board_tools(BOARD)
+    task = _task()
+    measurer = Measurer(BOARD, tmp_path, TuneLog.open(tmp_path), task=task)
+    good = task.mod
+    wrong = tvm.IRModule({"main": _int8_dense(bias=1)})
+    built = BatchBuilder(measurer).build([BuilderInput(good, tvm.target.Target("c")),
+                                          BuilderInput(wrong, tvm.target.Target("c"))])
+    assert [b.error_msg for b in built] == [None, None]
+    assert measurer.counters.builds == 1
+    futures = DeviceRunner(measurer).run(
+        [RunnerInput(b.artifact_path, "cpu", ArgInfo.from_prim_func(task.func)) for b in built])
+    ok, bad = [f.result() for f in futures]
+    assert ok.error_msg is None and len(ok.run_secs) == 3
+    assert bad.run_secs is None
+    assert "output differs from the reference at 128 of 128 elements" in bad.error_msg
+    log = _log(tmp_path)
+    assert "run_secs" in log[0] and "error" not in log[0]
+    assert "run_secs" not in log[1] and "differs from the reference" in log[1]["error"]
+
+
+def test_cli_refuses_an_unknown_board_in_one_line(tmp_path):
+    model = SHARED / "fixtures" / "models" / "hello_world" / "hello_world_int8.tflite"
+    proc = subprocess.run([sys.executable, "-m", "generator", "tune", str(model), "--board",
+                           "no-such-board", "-o", str(tmp_path / "t")], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("microtvm-gen tune: error: unknown board 'no-such-board'")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_cli_tunes_the_int8_hello_world(tmp_path):
+    model = SHARED / "fixtures" / "models" / "hello_world" / "hello_world_int8.tflite"
+    if not model.exists():
+        pytest.skip(f"needs {model}")
+    require_board_tools(BOARD)
+    out = tmp_path / "tuning"
+    proc = subprocess.run([sys.executable, "-m", "generator", "tune", str(model), "--board",
+                           BOARD, "--trials", "6", "--batch", "2", "-o", str(out), "--json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert [t["name"] for t in summary["tasks"]] == ["q_dense", "q_dense1", "q_dense2"]
+    assert all(t["done"] == 2 and t["best_secs"] for t in summary["tasks"])
+    assert summary["builds"] == 3
+    assert "task 3/3 q_dense2: 2/2 trials" in proc.stderr
+    assert len(_log(out)) == 6
