@@ -160,6 +160,55 @@ def test_a_wrong_candidate_is_recorded_failed_not_timed(tmp_path):
     assert "run_secs" not in log[1] and "differs from the reference" in log[1]["error"]
 
 
+def test_a_candidate_that_crashes_the_device_fails_and_the_next_runs_on_a_fresh_one(tmp_path):
+    """A kernel that stores far outside its buffer kills the firmware process (SIGSEGV): it
+    is recorded as failed, and the candidate after it is measured on a new session."""
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+    from tvm.script import tirx as T
+
+    from generator.tune.log import TuneLog
+    from generator.tune.measure import BatchBuilder, DeviceRunner, Measurer
+
+    require_board_tools(BOARD)
+
+    @T.prim_func(private=True)
+    def crash(x: T.Buffer((4, 64), "int8"), w: T.Buffer((32, 64), "int8"),
+              out: T.Buffer((4, 32), "int32")):
+        for i in range(4):
+            out[i, 268435456 * (i + 1)] = T.int32(1)  # 1 GiB and more past the buffer
+
+    task = _task()
+    said: list[str] = []
+    measurer = Measurer(BOARD, tmp_path, TuneLog.open(tmp_path), task=task, say=said.append)
+    target = tvm.target.Target("c")
+    built = BatchBuilder(measurer).build([BuilderInput(tvm.IRModule({"main": crash}), target),
+                                          BuilderInput(task.mod, target)])
+    futures = DeviceRunner(measurer).run(
+        [RunnerInput(b.artifact_path, "cpu", ArgInfo.from_prim_func(task.func)) for b in built])
+    crashed, fine = [f.result() for f in futures]
+    assert crashed.run_secs is None
+    assert "the call failed" in crashed.error_msg and "exit status -11" in crashed.error_msg
+    assert fine.error_msg is None and len(fine.run_secs) == 3
+    assert said == []  # the device came back: no "did not come back" line
+    assert [("error" in e, "run_secs" in e) for e in _log(tmp_path)] == [(True, False),
+                                                                         (False, True)]
+
+
+@pytest.mark.slow
+def test_tune_on_qemu_mps2_an385(tmp_path):
+    from generator.tune import tune_tasks
+
+    require_board_tools("qemu-mps2-an385")
+    summary = tune_tasks([_task()], "qemu-mps2-an385", 8, tmp_path, batch_size=8)
+    assert summary.counters.builds == 1 and summary.counters.measured == 8
+    (task,) = summary.tasks
+    assert task.best_secs and task.reference_secs  # virtual time under -icount
+    assert len(_log(tmp_path)) == 8
+
+
 def test_cli_refuses_an_unknown_board_in_one_line(tmp_path):
     model = SHARED / "fixtures" / "models" / "hello_world" / "hello_world_int8.tflite"
     proc = subprocess.run([sys.executable, "-m", "generator", "tune", str(model), "--board",
