@@ -198,6 +198,7 @@ def test_a_candidate_that_crashes_the_device_fails_and_the_next_runs_on_a_fresh_
 
 
 @pytest.mark.slow
+@pytest.mark.qemu
 def test_tune_on_qemu_mps2_an385(tmp_path):
     from generator.tune import tune_tasks
 
