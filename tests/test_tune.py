@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, SHARED, require_board_tools
+from tests.conftest import REPO, SHARED, leaked_processes, require_board_tools
 
 BOARD = "host"
 
@@ -237,3 +240,41 @@ def test_cli_tunes_the_int8_hello_world(tmp_path):
     assert summary["builds"] == 3
     assert "task 3/3 q_dense2: 2/2 trials" in proc.stderr
     assert len(_log(out)) == 6
+
+
+@pytest.mark.slow
+def test_ctrl_c_then_rerun_continues_without_measuring_again(tmp_path):
+    """SIGINT after the first batch: exit 130, no device left running, the log intact; the
+    same command then finishes the trials and measures no candidate a second time."""
+    model = SHARED / "fixtures" / "models" / "hello_world" / "hello_world_int8.tflite"
+    if not model.exists():
+        pytest.skip(f"needs {model}")
+    require_board_tools(BOARD)
+    out = tmp_path / "tuning"
+    argv = [sys.executable, "-m", "generator", "tune", str(model), "--board", BOARD,
+            "--trials", "6", "--batch", "1", "-o", str(out)]
+    proc = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            text=True)
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 600
+    for line in proc.stderr:
+        if "trials, best" in line or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, rest
+    assert "interrupted" in rest
+    first = _log(out)
+    assert 1 <= len(first) < 6
+    time.sleep(1)  # serve's device gets SIGTERM, then SIGKILL, as serve exits
+    assert not leaked_processes(os.getpid(), tmp_path)  # no serve, firmware or build left
+
+    done = subprocess.run(argv + ["--json"], cwd=REPO, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    log = _log(out)
+    assert log[:len(first)] == first
+    measured = [(e["task"], e["candidate"]) for e in log if not e.get("cached")]
+    assert len(measured) == len(set(measured)) == 6
+    assert summary["measured"] == 6 - len(first)
