@@ -104,7 +104,11 @@ def _accelerators_meta(lowered, accelerators: list[Selected]) -> list[dict]:
     out = []
     for s in accelerators:
         mine = [o for o in lowered.offload.offloaded if o.accelerator == s.name]
-        out.append({"name": s.name, "options": s.options,
+        # Paths name the exporting machine's files: not recorded (generate takes them from
+        # its own environment and flags).
+        kinds = {o.name: o.type for o in s.plugin.options}
+        options = {k: v for k, v in s.options.items() if kinds.get(k) != "path"}
+        out.append({"name": s.name, "options": options,
                     "scratch_bytes": max((o.scratch_bytes for o in mine), default=0),
                     "operators": [{"pattern": o.pattern, "kernel": o.kernel, "macs": o.macs}
                                   for o in mine]})

@@ -60,8 +60,7 @@ def project_accelerators(module: ModuleInfo, board: Board, origin: str,
                                "crt template)")
         try:
             plugin = registry.find(use.name)
-            options = _options(plugin, {**use.options,
-                                        **(overrides or {}).get(use.name, {})})
+            options = _options(plugin, use.options, (overrides or {}).get(use.name, {}))
         except MtgError as exc:
             raise ProjectError(f"{origin}: {exc.one_line()}") from None
         reason = plugin.supports(board)
@@ -85,12 +84,16 @@ def project_accelerators(module: ModuleInfo, board: Board, origin: str,
     return builds
 
 
-def _options(plugin: Accelerator, recorded: dict) -> dict:
+def _options(plugin: Accelerator, recorded: dict, given: dict) -> dict:
     """The archive's option values, checked again by the plugin's declaration; an option
-    with an environment variable takes the variable's value when it is set here."""
-    values = {k: v for k, v in recorded.items() if v is not None}
+    with an environment variable takes the variable's value when it is set here. Paths are
+    never taken from an archive (they name the exporting machine's files): they come from
+    this machine's environment or generate's own flags."""
+    kinds = {o.name: o.type for o in plugin.options}
+    values = {k: v for k, v in recorded.items() if v is not None and kinds.get(k) != "path"}
+    values.update(given)
     for opt in plugin.options:
-        if opt.env and os.environ.get(opt.env):
+        if opt.env and os.environ.get(opt.env) and opt.name not in given:
             values[opt.name] = os.environ[opt.env]
     return registry.check_options(plugin, values)
 
