@@ -200,6 +200,43 @@ def test_a_candidate_that_crashes_the_device_fails_and_the_next_runs_on_a_fresh_
                                                                          (False, True)]
 
 
+def test_a_candidate_that_hangs_is_failed_after_the_reply_timeout(tmp_path):
+    """An endless loop: the call fails after the reply timeout (3 s here), the stuck device
+    is stopped, and the next candidate is measured on a fresh session."""
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+    from tvm.script import tirx as T
+
+    from generator.tune.log import TuneLog
+    from generator.tune.measure import BatchBuilder, DeviceRunner, Measurer
+    from generator.tune.runner import EvaluatorConfig
+
+    require_board_tools(BOARD)
+
+    @T.prim_func(private=True)
+    def hang(x: T.Buffer((4, 64), "int8"), w: T.Buffer((32, 64), "int8"),
+             out: T.Buffer((4, 32), "int32")):
+        out[0, 0] = 0
+        while out[0, 0] >= 0:
+            out[0, 0] = out[0, 0] | 1
+
+    task = _task()
+    measurer = Measurer(BOARD, tmp_path, TuneLog.open(tmp_path), task=task,
+                        config=EvaluatorConfig(reply_timeout=3.0))
+    target = tvm.target.Target("c")
+    built = BatchBuilder(measurer).build([BuilderInput(tvm.IRModule({"main": hang}), target),
+                                          BuilderInput(task.mod, target)])
+    start = time.monotonic()
+    futures = DeviceRunner(measurer).run(
+        [RunnerInput(b.artifact_path, "cpu", ArgInfo.from_prim_func(task.func)) for b in built])
+    hung, fine = [f.result() for f in futures]
+    assert hung.run_secs is None and "did not answer within 3 s" in hung.error_msg
+    assert fine.error_msg is None and len(fine.run_secs) == 3
+    assert time.monotonic() - start < 45  # no wait per tensor freed on the stuck device
+
+
 @pytest.mark.slow
 @pytest.mark.qemu
 def test_tune_on_qemu_mps2_an385(tmp_path):

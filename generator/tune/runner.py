@@ -9,6 +9,7 @@ device session and goes on. A device that does not come back fails the rest of t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,8 @@ from generator.tune.session import DeviceSession
 FLOAT_TOLERANCE = 1e-5
 INT_RANGE = 2**15  # wider-than-8-bit integer inputs: |x| < this (no overflow in kernels)
 MAX_RESTARTS = 2  # fresh device sessions per batch before the device is given up
+# Errors after which the device is surely gone or stuck (no probe: it would wait too)
+DEVICE_GONE = ("did not answer", "closed its link", "Connection reset", "Broken pipe")
 SENTINEL = 77  # what output tensors hold before a call (a kernel that writes nothing fails)
 
 
@@ -41,6 +44,7 @@ class BatchMeasurement:
     results: dict[str, Measurement] = field(default_factory=dict)  # operator → result
     reference_secs: list[float] | None = None
     restarts: int = 0
+    stop_seconds: float = 0.0  # closing sessions a candidate broke
     device_lost: str | None = None
 
 
@@ -103,6 +107,7 @@ def measure_batch(task: str, project: Path, shapes: list[tuple[tuple[int, ...], 
                 record(name, error=f"the reference kernel failed: {last_line(exc)}")
             return result
         for position, name in enumerate(names):
+            session.held.clear()
             try:
                 got = _call(session, name, inputs, out_specs)
                 problem = next((p for p in (outputs_match(g, w)
@@ -115,10 +120,12 @@ def measure_batch(task: str, project: Path, shapes: list[tuple[tuple[int, ...], 
                 continue
             except Exception as exc:
                 record(name, error=f"the call failed: {last_line(exc)}")
-            if session.alive():
-                continue
+                if not any(s in str(exc) for s in DEVICE_GONE) and session.alive():
+                    continue
             # the candidate crashed, hung or reset the device: a fresh session
+            stop = time.monotonic()
             session.close()
+            result.stop_seconds += time.monotonic() - stop
             try:
                 if result.restarts >= MAX_RESTARTS:
                     raise MtgError(f"{MAX_RESTARTS} restarts in this batch")
@@ -149,6 +156,7 @@ def _tensors(session: DeviceSession, inputs: list[np.ndarray], out_specs):
         dt = np.dtype(dtype)
         fill = np.nan if dt.kind == "f" else SENTINEL
         args.append(tvm.runtime.tensor(np.full(shape, fill, dtype=dt), dev))
+    session.held[:] = args  # freed by the next call, or after the session is closed
     return args
 
 

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from generator.device.runner import child_dies_with_parent
@@ -26,6 +26,9 @@ class DeviceSession:
     proc: subprocess.Popen | None = None
     remote: object = None  # tvm.rpc.RPCSession
     log: object = None
+    # The current call's tensors. Freeing a tensor is a call to the device: a hung device
+    # would make each free wait for the reply timeout, so they are dropped after close().
+    held: list = field(default_factory=list)
 
     def open(self) -> DeviceSession:
         from tvm import rpc
@@ -45,10 +48,11 @@ class DeviceSession:
         return self
 
     def close(self) -> None:
-        self.remote = None
         if self.proc is not None:
             _stop(self.proc, self.log)
             self.proc = None
+        self.held.clear()
+        self.remote = None
 
     def alive(self) -> bool:
         """The device still answers (a small tensor makes the round trip)."""
