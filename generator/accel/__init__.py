@@ -15,7 +15,8 @@ from generator.accel.api import (
     Pattern,
     QuantizedOp,
 )
-from generator.accel.tir import Param, extern_kernel, int8_op
+from generator.accel.tir import Param, extern_kernel, int8_op, pair, with_check
 
 __all__ = ["Accelerator", "Driver", "ExternalSources", "Lowering", "Match", "Option",
-           "Param", "Pattern", "QuantizedOp", "extern_kernel", "int8_op"]
+           "Param", "Pattern", "QuantizedOp", "extern_kernel", "int8_op", "pair",
+           "with_check"]

@@ -65,7 +65,7 @@ class _Offloader:
         from tvm.relax import dpl
 
         plugin = selected.plugin
-        patterns = _call_plugin(plugin, "patterns", plugin.patterns, selected.options)
+        patterns = call_plugin(plugin, "patterns", plugin.patterns, selected.options)
         if not isinstance(patterns, list | tuple) or \
                 not all(isinstance(p, Pattern) for p in patterns):
             raise ExportError(f"accelerator '{plugin.name}': patterns() must return a list "
@@ -92,7 +92,7 @@ class _Offloader:
                     raise failure
                 raise ExportError(f"accelerator '{plugin.name}' failed on pattern "
                                   f"'{pattern.name}': {type(failure).__name__}: "
-                                  f"{_one_line(failure)}") from failure
+                                  f"{one_line(failure)}") from failure
             self.mod = self.builder.get()
             self.mod["main"] = new_main
             self.mod = relax.transform.DeadCodeElimination()(self.mod)
@@ -107,11 +107,11 @@ class _Offloader:
             return orig
         plugin = selected.plugin
         if pattern.check is not None:
-            reason = _call_plugin(plugin, "check", pattern.check, match)
+            reason = call_plugin(plugin, "check", pattern.check, match)
             if reason:
                 self.report.refused.append((plugin.name, pattern.name, str(reason)))
                 return orig
-        lowering = _call_plugin(plugin, "lower", plugin.lower, match, selected.options)
+        lowering = call_plugin(plugin, "lower", plugin.lower, match, selected.options)
         if not isinstance(lowering, Lowering):
             raise ExportError(f"accelerator '{plugin.name}': lower() must return a "
                               "generator.accel.Lowering")
@@ -202,17 +202,17 @@ def _check_signature(accel: str, pattern: str, func, match: Match,
                           f"{have}; the call passes {want} (inputs, constants, output)")
 
 
-def _call_plugin(plugin: Accelerator, what: str, fn, *args):
+def call_plugin(plugin: Accelerator, what: str, fn, *args):
     try:
         return fn(*args)
     except ExportError:
         raise
     except Exception as exc:
         raise ExportError(f"accelerator '{plugin.name}' raised in {what}(): "
-                          f"{type(exc).__name__}: {_one_line(exc)}") from exc
+                          f"{type(exc).__name__}: {one_line(exc)}") from exc
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     return lines[-1] if lines else ""
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from generator.accel.api import OPTION_TYPES, Accelerator, Option
-from generator.accel.dispatch import Selected
+from generator.accel.dispatch import Selected, call_plugin, one_line
 from generator.errors import ExportError
 
 PATH_ENV = "MICROTVM_GEN_ACCELERATOR_PATH"
@@ -146,7 +146,7 @@ def _from_module(name: str, origin: str, load, direct: bool = False) -> Found:
     except ExportError as exc:
         return Found(name, origin, error=str(exc))
     except Exception as exc:
-        return Found(name, origin, error=f"{type(exc).__name__}: {_one_line(exc)}")
+        return Found(name, origin, error=f"{type(exc).__name__}: {one_line(exc)}")
     return Found(plugin.name, origin, plugin)
 
 
@@ -159,11 +159,6 @@ def _check_declaration(plugin: Accelerator) -> None:
                 or opt.type not in OPTION_TYPES:
             raise ExportError(f"option {opt!r} is not an Option with a name of lower-case "
                               f"letters, digits and '_' and a type in {OPTION_TYPES}")
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
 
 
 # ---- --target and --target-<name>-<option> ------------------------------------------------
@@ -205,7 +200,7 @@ def select(target: str | None, accelerators: list[str], raw_options: list[str],
     selected = []
     for plugin in plugins:
         values = check_options(plugin, given.get(plugin.name, {}))
-        _call(plugin, "configure", plugin.configure, values)
+        call_plugin(plugin, "configure", plugin.configure, values)
         selected.append(Selected(plugin, values))
     return selected
 
@@ -224,12 +219,12 @@ def board_defaults(board, raw_options: list[str],
         given = _parse_raw_options(raw_options, [plugin.name]).get(plugin.name, {}) \
             if any(o.startswith(f"--target-{plugin.name}-") for o in raw_options) else {}
         values = check_options(plugin, given)
-        reason = _call(plugin, "ready", plugin.ready, values)
+        reason = call_plugin(plugin, "ready", plugin.ready, values)
         if reason:
             notes.append(f"accelerator '{plugin.name}' is the default on {board.name} but "
                          f"cannot be used: {reason}")
             continue
-        _call(plugin, "configure", plugin.configure, values)
+        call_plugin(plugin, "configure", plugin.configure, values)
         selected.append(Selected(plugin, values, "default"))
     return selected, notes
 
@@ -287,13 +282,3 @@ def convert(plugin: str, opt: Option, raw: Any) -> Any:
     if opt.choices and str(value) not in opt.choices:
         raise ExportError(f"{where}={text!r}: one of {', '.join(opt.choices)}")
     return value
-
-
-def _call(plugin: Accelerator, what: str, fn, *args):
-    try:
-        return fn(*args)
-    except ExportError:
-        raise
-    except Exception as exc:
-        raise ExportError(f"accelerator '{plugin.name}' raised in {what}(): "
-                          f"{type(exc).__name__}: {_one_line(exc)}") from exc

@@ -60,3 +60,16 @@ def int8_op(kind: str):
 
     call = dpl.is_op("relax.call_tir")(dpl.GlobalVarPattern(), dpl.wildcard())
     return Pattern(kind, call, {"op": call}, int8_kind=kind)
+
+
+def pair(values) -> tuple[int, int]:
+    """Relax attributes like strides: one value for both axes, or (height, width)."""
+    v = [int(x) for x in values]
+    return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+
+
+def with_check(pattern, check):
+    """`pattern` (e.g. from int8_op) with a check hook."""
+    from dataclasses import replace
+
+    return replace(pattern, check=check)

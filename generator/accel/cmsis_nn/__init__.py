@@ -27,6 +27,7 @@ from generator.accel import (
     extern_kernel,
     int8_op,
 )
+from generator.accel.tir import pair, with_check
 from generator.accel.vanilla import valid_taps
 from generator.errors import ProjectError
 
@@ -75,12 +76,12 @@ class CmsisNN(Accelerator):
         x = dpl.wildcard()
         pool = dpl.is_op("relax.nn.max_pool2d")(x)
         return [
-            _checked(int8_op("conv2d"), self._check_conv),
-            _checked(int8_op("depthwise_conv2d"), self._check_conv),
+            with_check(int8_op("conv2d"), self._check_conv),
+            with_check(int8_op("depthwise_conv2d"), self._check_conv),
             int8_op("dense"),
             int8_op("avg_pool2d"),
-            _checked(int8_op("add"), self._check_add),
-            _checked(int8_op("softmax"), self._check_softmax),
+            with_check(int8_op("add"), self._check_add),
+            with_check(int8_op("softmax"), self._check_softmax),
             Pattern("max_pool2d", pool, {"x": x, "pool": pool}, ("x",),
                     check=self._check_max_pool),
         ]
@@ -211,7 +212,7 @@ class CmsisNN(Accelerator):
         a = m.attrs("pool")
         _, h, w, c = m.input_shapes[0]
         _, oh, ow, _ = m.output_shape
-        (ph, pw), (sh, sw) = _pair(a.pool_size), _pair(a.strides)
+        (ph, pw), (sh, sw) = pair(a.pool_size), pair(a.strides)
         params = [Param("input", m.input_shapes[0], "int8"),
                   Param("output", m.output_shape, "int8")]
         func = extern_kernel(self.name, "mtvg_cmsis_nn_maxpool_s8", params, [
@@ -252,15 +253,6 @@ def _io(op) -> list[Param]:
             Param("output", op.output_shape, "int8")]
 
 
-def _checked(pattern: Pattern, check) -> Pattern:
-    from dataclasses import replace
-
-    return replace(pattern, check=check)
-
-
-def _pair(values) -> tuple[int, int]:
-    v = [int(x) for x in values]
-    return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
 
 
 accelerator = CmsisNN

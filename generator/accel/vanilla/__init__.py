@@ -20,6 +20,7 @@ from generator.accel import (
     extern_kernel,
     int8_op,
 )
+from generator.accel.tir import pair, with_check
 
 DRIVER_DIR = Path(__file__).resolve().parent / "driver"
 MAX_KERNEL = 11  # the device's largest kernel side (driver/README.md)
@@ -70,8 +71,8 @@ class Vanilla(Accelerator):
                     ("data",), check=self._check_float_conv),
             Pattern("conv2d_bias", biased, with_bias, ("data",), check=self._check_float_conv),
             Pattern("conv2d", conv, parts, ("data",), check=self._check_float_conv),
-            _with_check(int8_op("conv2d"), self._check_int8_conv),
-            _with_check(int8_op("dense"), self._check_int8_dense),
+            with_check(int8_op("conv2d"), self._check_int8_conv),
+            with_check(int8_op("dense"), self._check_int8_dense),
         ]
 
     # ---- checks: what the device cannot do is refused, and stays on the CPU --------------
@@ -95,7 +96,7 @@ class Vanilla(Accelerator):
         if "bias" in m.constants and m.constants["bias"].size != o:
             return "bias is not one value per output channel"
         return _geometry_reason((*m.input_shapes[0][2:], *m.output_shape[2:]),
-                                (*_pair(a.strides), *_pair(a.dilation)),
+                                (*pair(a.strides), *pair(a.dilation)),
                                 tuple(int(p) for p in a.padding))
 
     @staticmethod
@@ -132,7 +133,7 @@ class Vanilla(Accelerator):
         bias = m.constants.get("bias")
         bias = (bias.reshape(o) if bias is not None else weights[:, 0, 0, 0] * 0).astype(
             "float32")
-        (sh, sw), (dh, dw) = _pair(a.strides), _pair(a.dilation)
+        (sh, sw), (dh, dw) = pair(a.strides), pair(a.dilation)
         pt, pl = int(a.padding[0]), int(a.padding[1])
         relu = 1 if m.pattern == "conv2d_bias_relu" else 0
         params = [Param("input", m.input_shapes[0], "float32"),
@@ -180,15 +181,6 @@ class Vanilla(Accelerator):
                       counters="vanilla_counters")
 
 
-def _with_check(pattern: Pattern, check) -> Pattern:
-    from dataclasses import replace
-
-    return replace(pattern, check=check)
-
-
-def _pair(values) -> tuple[int, int]:
-    v = [int(x) for x in values]
-    return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
 
 
 accelerator = Vanilla
