@@ -1,8 +1,10 @@
-"""MetaSchedule's side: a PyBuilder and a PyRunner over `build_batch` and `measure_batch`.
+"""MetaSchedule's interface: a PyBuilder and a PyRunner over `build_batch` and `measure_batch`.
 
-MetaSchedule hands the builder one batch of one task's candidates at a time (the tuner
-tunes tasks one after another), so a batch is one firmware, and the runner measures it
-on one device session. Results already in the log are answered from it, not measured.
+The tuner (`tuner.py`) hands the builder one batch of one task's candidates at a time
+(`Measurer.task` says which task, so the runner knows its reference kernel); the batch is
+one firmware, and the runner measures it on one device session. Results already in the
+log are answered from it (`cached#<hash>` artifacts), not measured. The same two objects
+are what `ms.tune_tasks(builder=..., runner=...)` takes, once it runs (docs/tuning.md).
 """
 
 from __future__ import annotations
