@@ -111,6 +111,7 @@ def test_tune_measures_checks_and_resumes(tmp_path):
     assert timed, log
     for e in log:
         assert e["task"] == "qdense" and e["batch"] == 0 and e["device"] == "local"
+        assert e["workload"] == _task().workload
         assert len(e["candidate"]) == 16
         assert ("run_secs" in e) != ("error" in e)
     assert all(len(e["run_secs"]) == 3 and all(s > 0 for s in e["run_secs"]) for e in timed)

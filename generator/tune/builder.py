@@ -46,11 +46,12 @@ def build_batch(task: Task, mods: list, board: str, work_dir: Path, log: TuneLog
         shutil.rmtree(batch_dir)
     batch_dir.mkdir(parents=True)
     result = BuiltBatch(number, None, artifacts=[None] * len(mods))
+    workload = task.workload
     funcs: dict = {}
     index_of: dict[str, int] = {}
     for i, mod in enumerate(mods):
         h = candidate_hash(mod)
-        if log.lookup(task.name, h) is not None:
+        if log.lookup(workload, h) is not None:
             result.artifacts[i] = CACHED + h
             continue
         name = CANDIDATE.format(i)

@@ -1,7 +1,9 @@
 """The tuning log: one JSON line per measurement, appended and flushed as it happens.
 
-A line: task, candidate (structural hash of the scheduled IRModule), batch, device, and
-either `run_secs` (a list, one per repeat) or `error`. Reading the log back gives the
+A line: task (its name), workload (the untuned kernel's structural hash), candidate (the
+scheduled IRModule's), batch, device, and either `run_secs` (a list, one per repeat) or
+`error`. Results are keyed by workload and candidate, so two models' tasks of the same
+name do not mix. Reading the log back gives the
 results already known, so a rerun answers those candidates without measuring them again.
 """
 
@@ -30,10 +32,11 @@ class Measurement:
     run_secs: list[float] | None = None
     error: str | None = None
     cached: bool = False  # answered from the log, not measured
+    workload: str = ""
 
     def to_json(self) -> dict:
-        data = {"task": self.task, "candidate": self.candidate, "batch": self.batch,
-                "device": self.device}
+        data = {"task": self.task, "workload": self.workload, "candidate": self.candidate,
+                "batch": self.batch, "device": self.device}
         if self.error is not None:
             data["error"] = self.error
         else:
@@ -58,23 +61,24 @@ class TuneLog:
                     data = json.loads(line)
                     m = Measurement(str(data["task"]), str(data["candidate"]),
                                     int(data["batch"]), str(data["device"]),
-                                    data.get("run_secs"), data.get("error"))
+                                    data.get("run_secs"), data.get("error"),
+                                    workload=str(data["workload"]))
                 except (ValueError, KeyError, TypeError):
                     continue  # a line cut short by an interruption
                 log.batches = max(log.batches, m.batch + 1)
-                log.known.setdefault((m.task, m.candidate), m)
+                log.known.setdefault((m.workload, m.candidate), m)
         return log
 
-    def lookup(self, task: str, candidate: str) -> Measurement | None:
-        return self.known.get((task, candidate))
+    def lookup(self, workload: str, candidate: str) -> Measurement | None:
+        return self.known.get((workload, candidate))
 
-    def measured(self, task: str) -> int:
-        """Distinct candidates of `task` with a result (timed or failed)."""
-        return sum(1 for (t, _) in self.known if t == task)
+    def measured(self, workload: str) -> int:
+        """Distinct candidates of a workload with a result (timed or failed)."""
+        return sum(1 for (w, _) in self.known if w == workload)
 
-    def best(self, task: str) -> float | None:
-        times = [min(m.run_secs) for (t, _), m in self.known.items()
-                 if t == task and m.run_secs]
+    def best(self, workload: str) -> float | None:
+        times = [min(m.run_secs) for (w, _), m in self.known.items()
+                 if w == workload and m.run_secs]
         return min(times) if times else None
 
     def new_batch(self) -> int:
@@ -87,4 +91,4 @@ class TuneLog:
             f.write(json.dumps(m.to_json(), sort_keys=True) + "\n")
             f.flush()
         if not m.cached:
-            self.known.setdefault((m.task, m.candidate), m)
+            self.known.setdefault((m.workload, m.candidate), m)

@@ -62,7 +62,8 @@ class Measurer:
                 from generator.tune.log import candidate_hash
 
                 m = Measurement(self.task.name, candidate_hash(mods[i]), batch.number,
-                                "builder", error=batch.errors[i])
+                                "builder", error=batch.errors[i],
+                                workload=self.task.workload)
                 self.log.append(m)
                 self.counters.failed += 1
                 out.append(RuntimeError(batch.errors[i]))
@@ -72,14 +73,16 @@ class Measurer:
 
     def run(self, artifacts: list[str], shapes) -> list[Measurement]:
         assert self.task is not None
+        workload = self.task.workload
         results: list[Measurement | None] = [None] * len(artifacts)
         projects: dict[str, list[int]] = {}
         for i, artifact in enumerate(artifacts):
             if artifact.startswith(CACHED):
-                known = self.log.lookup(self.task.name, artifact[len(CACHED):])
+                known = self.log.lookup(workload, artifact[len(CACHED):])
                 assert known is not None
                 m = Measurement(known.task, known.candidate, known.batch, known.device,
-                                known.run_secs, known.error, cached=True)
+                                known.run_secs, known.error, cached=True,
+                                workload=workload)
                 self.log.append(m)
                 self.counters.cached += 1
                 results[i] = m
@@ -90,7 +93,7 @@ class Measurer:
             start = time.monotonic()
             batch = int(Path(project).parent.name)
             measured = measure_batch(self.task.name, Path(project), shapes, self.config,
-                                     batch, self.device, self.say)
+                                     batch, self.device, self.say, workload)
             self.counters.measure_seconds += time.monotonic() - start
             if measured.reference_secs:
                 self.reference_secs[self.task.name] = min(measured.reference_secs)

@@ -82,7 +82,8 @@ def outputs_match(got: np.ndarray, want: np.ndarray) -> str | None:
 
 def measure_batch(task: str, project: Path, shapes: list[tuple[tuple[int, ...], str]],
                   config: EvaluatorConfig, batch: int, device: str = "local",
-                  say: Callable[[str], None] | None = None) -> BatchMeasurement:
+                  say: Callable[[str], None] | None = None,
+                  workload: str = "") -> BatchMeasurement:
     """Check and time every candidate of a built batch project on a fresh device."""
     info = batch_info(project)
     names = sorted(info["candidates"], key=lambda n: int(n[len("cand"):]))
@@ -94,7 +95,7 @@ def measure_batch(task: str, project: Path, shapes: list[tuple[tuple[int, ...], 
 
     def record(name: str, secs=None, error=None) -> None:
         result.results[name] = Measurement(task, info["candidates"][name], batch, device,
-                                           secs, error)
+                                           secs, error, workload=workload)
 
     session = DeviceSession(Path(project), config.reply_timeout)
     try:

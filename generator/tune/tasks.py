@@ -21,6 +21,13 @@ class Task:
     kernels: list[str]  # every kernel name that is this task
 
     @property
+    def workload(self) -> str:
+        """The kernel's structural hash, 16 hex digits: what the log and records key on."""
+        from tvm_ffi import structural_hash
+
+        return f"{structural_hash(self.mod) & (2**64 - 1):016x}"
+
+    @property
     def mod(self):
         """The task's workload: an IRModule with one function, `main`."""
         import tvm

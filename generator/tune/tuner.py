@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from generator.errors import InputError
+from generator.export.lower import last_line
 from generator.tune.log import LOG_NAME, TuneLog, candidate_hash
 from generator.tune.measure import BatchBuilder, Counters, DeviceRunner, Measurer
 from generator.tune.records import RECORDS_NAME, Record, append_record, plain, read_records
@@ -111,17 +112,17 @@ def tune_tasks(tasks: list[Task], board: str, trials: int, out_dir: Path, *,
             if progress:
                 ref = measurer.reference_secs.get(task.name)
                 progress(f"task {index + 1}/{len(tasks)} {task.name}: "
-                         f"{min(log.measured(task.name), share)}/{share} trials, best "
-                         f"{_us(log.best(task.name))}" + (f" (untuned {_us(ref)})" if ref
+                         f"{min(log.measured(task.workload), share)}/{share} trials, best "
+                         f"{_us(log.best(task.workload))}" + (f" (untuned {_us(ref)})" if ref
                                                          else ""))
 
         measurer.task = task
-        if log.measured(task.name) < share:
+        if log.measured(task.workload) < share:
             _tune_task(task, share, measurer, batch_size, rng, report)
         else:
             report()
         summary.tasks.append(TaskSummary(task.name, task.weight, share,
-                                         log.measured(task.name), log.best(task.name),
+                                         log.measured(task.workload), log.best(task.workload),
                                          measurer.reference_secs.get(task.name)))
     summary.seconds = time.monotonic() - start
     return summary
@@ -132,23 +133,27 @@ def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int,
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
-    from tvm_ffi import structural_hash
-
     log = measurer.log
-    workload = f"{structural_hash(task.mod) & (2**64 - 1):016x}"
+    workload = task.workload
     ctx = tune_context(task.mod, task.name, "replay-trace", int(rng.integers(1, 2**30)))
-    proposer = _Proposer(task, ctx, rng)
+    try:
+        proposer = _Proposer(task, ctx, rng)
+    except Exception as exc:  # TVM refuses the kernel (e.g. ill-formed TIR): not tunable
+        if measurer.say:
+            measurer.say(f"{task.name}: MetaSchedule cannot make its search space, not tuned: "
+                         f"{last_line(exc)}")
+        return
     for r in read_records(measurer.work_dir):
         if r.workload == workload:
             proposer.add_parent(r.trace, min(r.run_secs))
     builder, runner = BatchBuilder(measurer), DeviceRunner(measurer)
     args_info = ArgInfo.from_prim_func(task.func)
-    while log.measured(task.name) < share:
-        schedules = proposer.propose(min(batch_size, share - log.measured(task.name)), log)
+    while log.measured(task.workload) < share:
+        schedules = proposer.propose(min(batch_size, share - log.measured(task.workload)), log)
         if not schedules:
             if measurer.say:
                 measurer.say(f"{task.name}: no new candidates in the search space; "
-                             f"{log.measured(task.name)} of {share} trials")
+                             f"{log.measured(task.workload)} of {share} trials")
             return
         built = builder.build([BuilderInput(s.mod, ctx.target) for s in schedules])
         pending = [(s, b.artifact_path) for s, b in zip(schedules, built, strict=True)
@@ -171,6 +176,7 @@ class _Proposer:
 
     def __init__(self, task: Task, ctx, rng: np.random.Generator) -> None:
         self.task = task
+        self.workload = task.workload
         self.ctx = ctx
         self.rng = rng
         self.spaces = ctx.generate_design_space()
@@ -192,7 +198,7 @@ class _Proposer:
             if sch is None:
                 continue
             h = candidate_hash(sch.mod)
-            if h in seen or log.lookup(self.task.name, h) is not None:
+            if h in seen or log.lookup(self.workload, h) is not None:
                 continue  # measured already (this run or an earlier one)
             seen.add(h)
             out.append(sch)
