@@ -526,7 +526,7 @@ def m_source(rng, members):
                 "c -keys=arm_cpu -mcpu=cortex-m7", _odd_text(rng, "c"), "x" * 100000,
                 "llvm -mtriple=aarch64-linux-gnu", "", "c -mcpu=$(rm -rf /)"])
             return line + "\n" + text if rng.random() < 0.5 else \
-                re.sub(r"// tvm target:[^\n]*", line, text)
+                re.sub(r"// tvm target:[^\n]*", lambda _m: line, text)  # literal text
         if op == 2:  # function names and identifiers
             return re.sub(r"\b(tvmgen_\w+|TVMSystemLibEntryPoint|TVMFuncRegistry)\b",
                           lambda m: _odd_text(rng, m.group(1)) if rng.random() < 0.3
