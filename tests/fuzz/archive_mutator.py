@@ -446,7 +446,7 @@ def m_params(rng, members):
                 pos += 32 + 8 * ndim + 8 + nbytes
             (ndim,) = struct.unpack_from("<i", blob, pos + 24)
             if op == 3:  # shape
-                if ndim and rng.random() < 0.7:
+                if ndim > 0 and rng.random() < 0.7:
                     struct.pack_into("<q", blob, pos + 32 + 8 * rng.randrange(ndim),
                                      rng.choice([2 ** 62, 2 ** 63 - 1, -1, 10 ** 9, 2 ** 31]))
                 else:
