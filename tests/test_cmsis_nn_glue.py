@@ -770,7 +770,9 @@ int main(void) {
 """
 
 
-@pytest.mark.parametrize("core", list(CORES))
+# The QEMU tests below build the driver with STRICT for M3, M4, M7, M33 and M55 and link it
+# against CMSIS-NN; this test covers the cores no QEMU board here has (suite time).
+@pytest.mark.parametrize("core", [c for c in CORES if c == "cortex-m0plus"])
 def test_driver_cross_compiles_and_links(tmp_path, core):
     """The driver builds with -Werror for each core (plain C on M0+/M3, DSP on M4/M7/M33, MVE
     on M55) and links against CMSIS-NN's sources built as the project builds them (-O2,
