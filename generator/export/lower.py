@@ -96,27 +96,12 @@ def lower(mod, module_name: str = "default", accelerators: list[Selected] | None
         -> Lowered:
     """Lower a Relax IRModule (weights bound as constants) to C kernels and a call list;
     operators the `accelerators` take (in order) become calls to their drivers."""
-    import tvm
-    from tvm import relax
 
     if "main" not in [gv.name_hint for gv in mod.functions]:
         raise ExportError("the Relax module has no 'main' function")
     relax_text = mod["main"].script(show_meta=False)
-    from generator.export.frontend import quiet_native_stderr
 
-    offload_report = OffloadReport()
-    try:
-        with tvm.transform.PassContext(opt_level=3), quiet_native_stderr():
-            mod, quant = integer_rewrite(mod, tag_ops=bool(accelerators))
-            if accelerators:
-                mod = relax.transform.FoldConstant()(mod)
-                mod, offload_report = offload(mod, quant.ops, accelerators)
-            fused = relax_pipeline()(mod)
-    except ExportError:
-        raise
-    except Exception as exc:
-        raise ExportError(f"TVM could not legalize and fuse the model: {last_line(exc)}") \
-            from exc
+    fused, quant, offload_report = fuse(mod, accelerators)
     program = _read_main(fused)
     accel_kernels = {}
     for gv, func in fused.functions.items():
@@ -133,6 +118,31 @@ def lower(mod, module_name: str = "default", accelerators: list[Selected] | None
         raise ExportError(f"TVM's C codegen did not emit kernels {', '.join(missing)}")
     return Lowered(program, c_source, prototypes, relax_text, quant, accel_kernels,
                    offload_report)
+
+
+def fuse(mod, accelerators: list[Selected] | None = None) \
+        -> tuple[object, QuantReport, OffloadReport]:
+    """The integer rewrite, the accelerators' offloading, then TVM's legalize-and-fuse:
+    the module whose main calls the kernels (what `lower` compiles and `tune` searches)."""
+    import tvm
+    from tvm import relax
+
+    from generator.export.frontend import quiet_native_stderr
+
+    offload_report = OffloadReport()
+    try:
+        with tvm.transform.PassContext(opt_level=3), quiet_native_stderr():
+            mod, quant = integer_rewrite(mod, tag_ops=bool(accelerators))
+            if accelerators:
+                mod = relax.transform.FoldConstant()(mod)
+                mod, offload_report = offload(mod, quant.ops, accelerators)
+            fused = relax_pipeline()(mod)
+    except ExportError:
+        raise
+    except Exception as exc:
+        raise ExportError(f"TVM could not legalize and fuse the model: {last_line(exc)}") \
+            from exc
+    return fused, quant, offload_report
 
 
 _PROTOTYPE_RE = re.compile(r"TVM_DLL void (\w+)\(([^)]*)\);")

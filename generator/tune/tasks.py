@@ -38,23 +38,13 @@ class Task:
 def extract_tasks(model_path: Path, shapes: dict[str, tuple[int, ...]] | None = None) \
         -> list[Task]:
     """The model's tasks, in order of first call."""
-    import tvm
     from tvm import relax
 
     from generator.export import frontend
-    from generator.export.lower import last_line, relax_pipeline
-    from generator.export.quantize import integer_rewrite
+    from generator.export.lower import fuse
 
     mod, _ = frontend.import_model(Path(model_path), shapes or {})
-    try:
-        with tvm.transform.PassContext(opt_level=3), frontend.quiet_native_stderr():
-            mod, _ = integer_rewrite(mod)
-            fused = relax_pipeline()(mod)
-    except ExportError:
-        raise
-    except Exception as exc:
-        raise ExportError(f"TVM could not legalize and fuse the model: {last_line(exc)}") \
-            from exc
+    fused, _, _ = fuse(mod)
     calls: list[str] = []
 
     def visit(expr) -> None:
