@@ -66,6 +66,11 @@ def _cmsis_nn_tree(origin: str, given: Path | None) -> Path:
         raise ProjectError(
             f"{origin}: the archive has cmsis-nn partitions, which call CMSIS-NN; say where "
             f"its source tree is with --cmsis-nn PATH or {CMSIS_NN_ENV}")
+    return cmsis_nn_root(raw)
+
+
+def cmsis_nn_root(raw: str | Path) -> Path:
+    """`raw` resolved, checked to be a CMSIS-NN source tree whose path CMake can take."""
     path = Path(raw).expanduser().resolve()
     if not (path / CMSIS_NN_MARKER).is_file() or not (path / "Source").is_dir():
         raise ProjectError(f"{path} is not a CMSIS-NN source tree (no {CMSIS_NN_MARKER} and "

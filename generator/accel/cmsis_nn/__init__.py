@@ -226,10 +226,9 @@ class CmsisNN(Accelerator):
             raise ProjectError(f"the model calls CMSIS-NN; say where its source tree is with "
                                f"--cmsis-nn PATH (generate), --target-cmsis-nn-path (export) "
                                f"or {PATH_ENV}")
-        root = Path(raw).expanduser().resolve()
-        if not (root / MARKER).is_file() or not (root / "Source").is_dir():
-            raise ProjectError(f"{root} is not a CMSIS-NN source tree (no {MARKER} and "
-                               "Source/)")
+        from generator.project.libraries import cmsis_nn_root
+
+        root = cmsis_nn_root(raw)
         return Driver(DRIVER_DIR, sources=("mtvg_cmsis_nn.c",), headers=("mtvg_cmsis_nn.h",),
                       external=(ExternalSources("cmsis-nn", root, ("Source/*/*.c",),
                                                 ("Include",)),),
