@@ -240,15 +240,30 @@ def test_a_candidate_that_hangs_is_failed_after_the_reply_timeout(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.qemu
-def test_tune_on_qemu_mps2_an385(tmp_path):
+def test_tune_on_qemu_mps2_an385_stopped_and_rerun_ends_with_the_same_best(tmp_path):
+    """Under -icount the times are virtual and repeatable: a run stopped after its first
+    batch and run again proposes the same candidates, measures none twice and ends with
+    the same log (times included) and best as an uninterrupted run with the same seed."""
     from generator.tune import tune_tasks
 
     require_board_tools("qemu-mps2-an385")
-    summary = tune_tasks([_task()], "qemu-mps2-an385", 8, tmp_path, batch_size=8)
-    assert summary.counters.builds == 1 and summary.counters.measured == 8
-    (task,) = summary.tasks
+    whole = tune_tasks([_task()], "qemu-mps2-an385", 8, tmp_path / "a", batch_size=4, seed=3)
+    assert whole.counters.builds == 2 and whole.counters.measured == 8
+    (task,) = whole.tasks
     assert task.best_secs and task.reference_secs  # virtual time under -icount
-    assert len(_log(tmp_path)) == 8
+    tune_tasks([_task()], "qemu-mps2-an385", 4, tmp_path / "b", batch_size=4, seed=3)
+    resumed = tune_tasks([_task()], "qemu-mps2-an385", 8, tmp_path / "b", batch_size=4,
+                         seed=3)
+    assert (resumed.counters.cached, resumed.counters.measured) == (4, 4)
+
+    def results(log):
+        return [(e["candidate"], e.get("run_secs"), e.get("error")) for e in log
+                if not e.get("cached")]
+
+    assert results(_log(tmp_path / "b")) == results(_log(tmp_path / "a"))
+    assert resumed.tasks[0].best_secs == task.best_secs
+    records = [json.loads(x) for x in (tmp_path / "b" / "records.jsonl").read_text().splitlines()]
+    assert len({r["candidate"] for r in records}) == len(records) == 8
 
 
 def test_cli_refuses_an_unknown_board_in_one_line(tmp_path):

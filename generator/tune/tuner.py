@@ -6,8 +6,14 @@ saves IR as JSON, which crashes: see records.py), so the search loop is ours, ov
 MetaSchedule's parts: the design space of `space.py`, random decisions replayed on its
 traces, and its mutators applied to the best traces measured so far. Each batch goes
 through MetaSchedule's builder/runner interface (`measure.py`). The output directory gets
-`log.jsonl` (every measurement) and `records.jsonl` (every timed candidate's trace). A rerun
-counts the trials the log has and measures only new candidates.
+`log.jsonl` (every measurement) and `records.jsonl` (every timed candidate's trace).
+
+The search is a function of the seed and the results: each task's random state comes from
+(seed, task workload), and a candidate is new when this run has not proposed it yet. A rerun
+therefore proposes the same batches again, in order; the ones the log has are answered
+from it (nothing built or measured), so an interrupted run continues exactly where it
+stopped and ends with the same best schedules as an uninterrupted one (given the same
+times: QEMU's virtual time under `-icount` is; a host process's is not).
 """
 
 from __future__ import annotations
@@ -21,9 +27,10 @@ import numpy as np
 
 from generator.errors import InputError
 from generator.export.lower import last_line
+from generator.tune.builder import CACHED
 from generator.tune.log import LOG_NAME, TuneLog, candidate_hash
 from generator.tune.measure import BatchBuilder, Counters, DeviceRunner, Measurer
-from generator.tune.records import RECORDS_NAME, Record, append_record, plain, read_records
+from generator.tune.records import RECORDS_NAME, Record, append_record, plain
 from generator.tune.runner import EvaluatorConfig
 from generator.tune.space import tune_context
 from generator.tune.tasks import Task, extract_tasks
@@ -105,7 +112,6 @@ def tune_tasks(tasks: list[Task], board: str, trials: int, out_dir: Path, *,
     log = TuneLog.open(out_dir)
     measurer = Measurer(board, out_dir, log, config or EvaluatorConfig(seed=seed), say=progress)
     summary = TuneSummary(model, board, out_dir, trials, counters=measurer.counters)
-    rng = np.random.default_rng(seed + log.batches)  # a rerun proposes other candidates
     for index, (task, share) in enumerate(zip(tasks, budgets(tasks, trials), strict=True)):
 
         def report(task=task, share=share, index=index) -> None:
@@ -118,7 +124,7 @@ def tune_tasks(tasks: list[Task], board: str, trials: int, out_dir: Path, *,
 
         measurer.task = task
         if log.measured(task.workload) < share:
-            _tune_task(task, share, measurer, batch_size, rng, report)
+            _tune_task(task, share, measurer, batch_size, seed, report)
         else:
             report()
         summary.tasks.append(TaskSummary(task.name, task.weight, share,
@@ -128,13 +134,18 @@ def tune_tasks(tasks: list[Task], board: str, trials: int, out_dir: Path, *,
     return summary
 
 
-def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int,
-               rng: np.random.Generator, report: Callable[[], None]) -> None:
+def task_rng(seed: int, task: Task) -> np.random.Generator:
+    """A task's random state: the same for the same seed and kernel, run after run."""
+    return np.random.default_rng([seed & 0xFFFFFFFF, int(task.workload, 16) & 0xFFFFFFFF])
+
+
+def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int, seed: int,
+               report: Callable[[], None]) -> None:
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
-    log = measurer.log
     workload = task.workload
+    rng = task_rng(seed, task)
     ctx = tune_context(task.mod, task.name, "replay-trace", int(rng.integers(1, 2**30)))
     try:
         proposer = _Proposer(task, ctx, rng)
@@ -143,29 +154,30 @@ def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int,
             measurer.say(f"{task.name}: MetaSchedule cannot make its search space, not tuned: "
                          f"{last_line(exc)}")
         return
-    for r in read_records(measurer.work_dir):
-        if r.workload == workload:
-            proposer.add_parent(r.trace, min(r.run_secs))
     builder, runner = BatchBuilder(measurer), DeviceRunner(measurer)
     args_info = ArgInfo.from_prim_func(task.func)
-    while log.measured(task.workload) < share:
-        schedules = proposer.propose(min(batch_size, share - log.measured(task.workload)), log)
+    answered = 0  # candidates with a result in this run (measured, failed or from the log)
+    while answered < share:
+        schedules = proposer.propose(min(batch_size, share - answered))
         if not schedules:
             if measurer.say:
                 measurer.say(f"{task.name}: no new candidates in the search space; "
-                             f"{log.measured(task.workload)} of {share} trials")
+                             f"{answered} of {share} trials")
             return
+        answered += len(schedules)
         built = builder.build([BuilderInput(s.mod, ctx.target) for s in schedules])
         pending = [(s, b.artifact_path) for s, b in zip(schedules, built, strict=True)
                    if b.error_msg is None]
         futures = runner.run([RunnerInput(a, "cpu", args_info) for _, a in pending])
-        for (sch, _), future in zip(pending, futures, strict=True):
+        for (sch, artifact), future in zip(pending, futures, strict=True):
             result = future.result()
             if result.run_secs:
                 secs = [float(s) for s in result.run_secs]
                 trace = plain(sch.trace.as_json(remove_postproc=True))
-                append_record(measurer.work_dir, Record(task.name, workload,
-                                                        candidate_hash(sch.mod), secs, trace))
+                if not artifact.startswith(CACHED):  # a rerun's replay: recorded already
+                    append_record(measurer.work_dir, Record(task.name, workload,
+                                                            candidate_hash(sch.mod), secs,
+                                                            trace))
                 proposer.add_parent(trace, min(secs))
         report()
 
@@ -183,14 +195,15 @@ class _Proposer:
         self.postprocs = list(ctx.space_generator.postprocs)
         self.mutators = list(ctx.space_generator.mutator_probs.items())
         self.parents: list[tuple[float, list]] = []  # (best seconds, trace JSON)
+        self.seen: set[str] = set()  # every candidate proposed in this run
 
     def add_parent(self, trace_json: list, secs: float) -> None:
         self.parents.append((secs, trace_json))
         self.parents.sort(key=lambda p: p[0])
         del self.parents[PARENTS:]
 
-    def propose(self, count: int, log: TuneLog) -> list:
-        out, seen = [], set()
+    def propose(self, count: int) -> list:
+        out = []
         for _ in range(count * PROPOSE_TRIES):
             if len(out) == count:
                 break
@@ -198,9 +211,9 @@ class _Proposer:
             if sch is None:
                 continue
             h = candidate_hash(sch.mod)
-            if h in seen or log.lookup(self.workload, h) is not None:
-                continue  # measured already (this run or an earlier one)
-            seen.add(h)
+            if h in self.seen:
+                continue  # proposed already (a rerun finds earlier runs' results in the log)
+            self.seen.add(h)
             out.append(sch)
         return out
 
@@ -217,7 +230,7 @@ class _Proposer:
                 Trace.apply_json_to_schedule(parent, base)
                 probs = np.array([float(p) for _, p in self.mutators])
                 mutator = self.mutators[int(self.rng.choice(len(probs), p=probs / probs.sum()))]
-                trace = mutator[0].apply(base.trace)
+                trace = _mutate(mutator[0], base.trace, int(self.rng.integers(1, 2**30)))
                 if trace is None:
                     return None
             else:
@@ -229,6 +242,13 @@ class _Proposer:
             return sch
         except Exception:  # a sample TVM refuses: draw another
             return None
+
+
+def _mutate(mutator, trace, seed: int):
+    """`mutator.apply(trace)` with a given random state (`apply` draws a fresh one)."""
+    from tvm.s_tir.meta_schedule import _ffi_api
+
+    return _ffi_api.MutatorApply(mutator, trace, seed)
 
 
 def _us(secs: float | None) -> str:
