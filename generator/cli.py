@@ -153,12 +153,17 @@ class Export(Command):
                             help="the board the archive is for: without --target, picks the "
                                  "accelerators that are the default on its core (cmsis-nn on "
                                  "DSP/MVE cores when CMSIS_NN_PATH is set)")
+        parser.add_argument("--tuning-records", type=Path, metavar="DIR",
+                            help="schedule kernels as 'microtvm-gen tune' found fastest (its "
+                                 "output directory or records.jsonl); the archive records "
+                                 "which candidates")
         add_accelerator_path(parser)
 
     def do_run(self, args):
         from generator.accel import registry
         from generator.errors import ExportError
         from generator.export import frontend
+        from generator.export.tuning import TuningRecords
 
         defaults_notes: list[str] = []
         if args.board and args.target is None and not args.accelerator:
@@ -172,6 +177,9 @@ class Export(Command):
         if selected and args.style == "operator":
             raise ExportError("accelerators apply to full-model exports; operator-style "
                               "archives hold CPU kernels for timing")
+        if args.tuning_records and args.style == "operator":
+            raise ExportError("--tuning-records applies to full-model exports")
+        tuning = TuningRecords.load(args.tuning_records) if args.tuning_records else None
 
         if args.output.exists() and not args.force:
             raise ExportError(f"{args.output} exists; pass --force to replace it")
@@ -198,7 +206,7 @@ class Export(Command):
         from generator.export import export_model
 
         r = export_model(args.model, args.output, shapes, module=args.module,
-                         accelerators=selected)
+                         accelerators=selected, tuning=tuning)
         r.notes.extend(defaults_notes)
         r.notes.extend(f"accelerator '{s.name}' is the default on {args.board}"
                        for s in selected if s.origin == "default")
@@ -222,6 +230,7 @@ class Export(Command):
                 "cpu_kernels": r.cpu_calls,
                 "refused": [{"accelerator": a, "pattern": p, "reason": why}
                             for a, p, why in r.offload.refused],
+                "tuned": [k.to_json() for k in r.tuned],
                 "notes": r.notes})
             return EXIT_OK
         print(f"exported {r.path}: module '{r.module}', {r.calls} kernel calls "
@@ -247,6 +256,11 @@ class Export(Command):
                   + (f": {listed}" if listed else ""))
         for accel, pattern, why in r.offload.refused:
             print(f"  refused {accel} {pattern}: {why}")
+        if tuning is not None:
+            print(f"  tuned   {len(r.tuned)} of {r.kernels} kernels from {tuning.source}")
+            for k in r.tuned:
+                print(f"  tuned   {k.kernel}: candidate {k.candidate} "
+                      f"({k.measured_secs * 1e6:.3f} us measured)")
         for note in r.notes:
             print(f"  note    {note}")
         return EXIT_OK
@@ -559,6 +573,11 @@ class Serve(Command):
         parser.add_argument("--idle-timeout", type=float, default=60.0, metavar="SECONDS",
                             help="end the session of a client that sends nothing for this "
                                  "long, freeing the device for the next (default 60; 0: never)")
+        parser.add_argument("--accept-firmware", action="store_true",
+                            help="let clients replace the firmware (remote.upload, then "
+                                 "remote.load_module restarts the device from it); QEMU "
+                                 "and host boards. Any client can then run code of its choice "
+                                 "on the device (host board: on this machine)")
 
     def do_run(self, args):
         from generator.rpc.serve import ServeOptions, Stopped, serve
@@ -572,7 +591,8 @@ class Serve(Command):
             host=args.host, port=args.port, key=args.key,
             tracker=parse_tracker_address(args.tracker) if args.tracker else None,
             sessions=args.sessions, serial_port=args.serial, baud=args.baud,
-            reply_timeout=args.timeout, idle_timeout=args.idle_timeout)
+            reply_timeout=args.timeout, idle_timeout=args.idle_timeout,
+            accept_firmware=args.accept_firmware)
 
         def announce(bridge) -> None:
             if args.json:
@@ -657,15 +677,24 @@ class Tune(Command):
         parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1,D2",
                             help="static shape of an input (repeatable)")
         parser.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+        parser.add_argument("--number", type=int, default=10, metavar="N",
+                            help="calls per timed repeat (default 10; on QEMU boards, whose "
+                                 "time is virtual, 1 is enough)")
+        parser.add_argument("--repeat", type=int, default=3, metavar="N",
+                            help="timed repeats per candidate (default 3)")
 
     def do_run(self, args):
         from generator.export import frontend
         from generator.tune import tune_model
+        from generator.tune.runner import EvaluatorConfig
 
+        if args.number < 1 or args.repeat < 1:
+            raise InputError("--number and --repeat must be at least 1")
         shapes = frontend.parse_shape_overrides(args.input_shape)
+        config = EvaluatorConfig(number=args.number, repeat=args.repeat, seed=args.seed)
         summary = tune_model(args.model, args.board, args.trials, args.output,
                              batch_size=args.batch, shapes=shapes, progress=progress,
-                             seed=args.seed)
+                             seed=args.seed, config=config)
         if args.json:
             self.emit_json(summary.to_json())
             return EXIT_OK

@@ -19,6 +19,7 @@ from generator.export.mlf_writer import (
 )
 from generator.export.planner import Plan
 from generator.export.quantize import QuantReport
+from generator.export.tuning import TuningRecords
 
 TARGET = "c -keys=cpu"
 
@@ -38,15 +39,19 @@ class ExportResult:
     quant: QuantReport = field(default_factory=QuantReport)
     offload: OffloadReport = field(default_factory=OffloadReport)
     cpu_calls: list[str] = field(default_factory=list)  # kernels left on the CPU, in order
+    tuned: list = field(default_factory=list)  # tuning.TunedKernel
 
 
 def export_model(model: Path, dest: Path, shapes: dict[str, tuple[int, ...]] | None = None,
                  module: str = "default",
-                 accelerators: list[Selected] | None = None) -> ExportResult:
-    """Import an ONNX or TFLite file with TVM 0.27 and write it as an MLF v8 archive."""
+                 accelerators: list[Selected] | None = None,
+                 tuning: TuningRecords | None = None) -> ExportResult:
+    """Import an ONNX or TFLite file with TVM 0.27 and write it as an MLF v8 archive
+    (kernels `tuning` has records for scheduled as `tune` found fastest)."""
     start = time.monotonic()
     mod, output_names = frontend.import_model(model, shapes or {})
-    return _export(mod, dest, module, output_names, model.name, start, accelerators or [])
+    return _export(mod, dest, module, output_names, model.name, start, accelerators or [],
+                   tuning)
 
 
 def export_relax(mod, dest: Path, module: str = "default",
@@ -63,9 +68,10 @@ def _check_module_name(module: str) -> None:
 
 
 def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin: str,
-            start: float, accelerators: list[Selected]) -> ExportResult:
+            start: float, accelerators: list[Selected],
+            tuning: TuningRecords | None = None) -> ExportResult:
     _check_module_name(module)
-    lowered = lower(mod, module, accelerators)
+    lowered = lower(mod, module, accelerators, tuning)
     program = lowered.program
     names = output_names or []
     if len(names) != len(program.outputs):
@@ -75,7 +81,7 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
     code = ccode.generate(lowered, module, input_names, names)
     files = {
         "metadata.json": metadata_json(_metadata(module, lowered, code, origin,
-                                                 accelerators)),
+                                                 accelerators, tuning)),
         f"codegen/host/include/tvmgen_{module}.h": code.header.encode(),
         f"codegen/host/src/{module}_lib0.c": lowered.c_source.encode(),
         f"codegen/host/src/{module}_lib1.c": code.run_source.encode(),
@@ -86,12 +92,13 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
     notes = [f"output '{n}' is copied after the last kernel" for n in code.copied_outputs]
     notes += [f"accelerator '{name}' matched no operator; the model runs on the CPU"
               for name in lowered.offload.unmatched]
+    notes += lowered.tuning_notes
     return ExportResult(dest, module, len({c.kernel for c in program.calls}),
                         len(program.calls), code.plan, code.constants_bytes, code.inputs,
                         code.outputs, time.monotonic() - start, notes, lowered.quant,
                         lowered.offload,
                         [c.kernel for c in program.calls
-                         if c.kernel not in lowered.accel_kernels])
+                         if c.kernel not in lowered.accel_kernels], lowered.tuned)
 
 
 def _tensor_meta(t: ccode.IoTensor) -> dict:
@@ -116,7 +123,7 @@ def _accelerators_meta(lowered, accelerators: list[Selected]) -> list[dict]:
 
 
 def _metadata(module: str, lowered, code: ccode.AotCode, origin: str,
-              accelerators: list[Selected]) -> dict:
+              accelerators: list[Selected], tuning: TuningRecords | None = None) -> dict:
 
     program = lowered.program
     memory_plan = code.plan
@@ -158,6 +165,7 @@ def _metadata(module: str, lowered, code: ccode.AotCode, origin: str,
                 ],
                 "calls": [c.kernel for c in program.calls],
                 "accelerators": _accelerators_meta(lowered, accelerators),
+                **({"tuning": tuning.to_metadata(lowered.tuned)} if tuning else {}),
                 "quantization": {"integer": lowered.quant.integer,
                                  "float_fallback": [{"operator": op, "reason": why}
                                                     for op, why in lowered.quant.fallback]},

@@ -72,6 +72,8 @@ class Lowered:
     quant: QuantReport = field(default_factory=QuantReport)
     accel_kernels: dict[str, str] = field(default_factory=dict)  # kernel → accelerator
     offload: OffloadReport = field(default_factory=OffloadReport)
+    tuned: list = field(default_factory=list)  # tuning.TunedKernel: kernels scheduled by tune
+    tuning_notes: list[str] = field(default_factory=list)
 
 
 def relax_pipeline():
@@ -92,10 +94,11 @@ def relax_pipeline():
     ])
 
 
-def lower(mod, module_name: str = "default", accelerators: list[Selected] | None = None) \
-        -> Lowered:
+def lower(mod, module_name: str = "default", accelerators: list[Selected] | None = None,
+          tuning=None) -> Lowered:
     """Lower a Relax IRModule (weights bound as constants) to C kernels and a call list;
-    operators the `accelerators` take (in order) become calls to their drivers."""
+    operators the `accelerators` take (in order) become calls to their drivers; kernels
+    `tuning` (a `tuning.TuningRecords`) has a record for are scheduled as it says."""
 
     if "main" not in [gv.name_hint for gv in mod.functions]:
         raise ExportError("the Relax module has no 'main' function")
@@ -110,14 +113,20 @@ def lower(mod, module_name: str = "default", accelerators: list[Selected] | None
             accel_kernels[gv.name_hint] = str(attrs[ACCELERATOR_ATTR])
     used = sorted({c.kernel for c in program.calls})
     prefix = SYMBOL_PREFIX.format(mod=module_name)
-    c_source, _ = compile_plain_kernels({name: fused[name] for name in used}, prefix)
+    kernels = {name: fused[name] for name in used}
+    tuned, tuned_kernels, tuning_notes = {}, [], []
+    if tuning is not None:
+        tuned, tuned_kernels, tuning_notes = tuning.apply(
+            {name: f for name, f in kernels.items() if name not in accel_kernels})
+        kernels.update(tuned)
+    c_source, _ = compile_plain_kernels(kernels, prefix, keep_schedule=set(tuned))
     prototypes = {name[len(prefix):]: params
                   for name, params in kernel_prototypes(c_source).items()}
     missing = [k for k in used if k not in prototypes]
     if missing:
         raise ExportError(f"TVM's C codegen did not emit kernels {', '.join(missing)}")
     return Lowered(program, c_source, prototypes, relax_text, quant, accel_kernels,
-                   offload_report)
+                   offload_report, tuned_kernels, tuning_notes)
 
 
 def fuse(mod, accelerators: list[Selected] | None = None) \
@@ -325,14 +334,16 @@ def _register_pipeline() -> None:
     tirx.register_tir_pipeline(PLAIN_C_PIPELINE, factory)
 
 
-def compile_plain_kernels(funcs: dict, prefix: str, shrink: bool = True) -> tuple[str, str]:
+def compile_plain_kernels(funcs: dict, prefix: str, shrink: bool = True,
+                          keep_schedule: set[str] = frozenset()) -> tuple[str, str]:
     """TVM's C source of `funcs` (name → PrimFunc) as plain C functions `<prefix><name>`,
-    and the TVMScript of the lowered kernels."""
+    and the TVMScript of the lowered kernels. Kernels in `keep_schedule` (or all, without
+    `shrink`) are compiled as scheduled; the others get `shrink_intermediates` first."""
     import tvm
 
     kernels = {}
     for name, func in funcs.items():
-        if shrink:
+        if shrink and name not in keep_schedule:
             try:
                 func = shrink_intermediates(func)
             except Exception:  # a schedule TVM refuses halfway: keep the kernel as it is

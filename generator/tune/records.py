@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-RECORDS_NAME = "records.jsonl"
+from generator.export.tuning import RECORDS_NAME
 
 
 def plain(value):
@@ -36,10 +36,12 @@ class Record:
     candidate: str
     run_secs: list[float]
     trace: list  # Trace.as_json(remove_postproc=True), plain
+    reference_secs: float | None = None  # the untuned kernel, timed in the same batch
 
     def to_json(self) -> dict:
         return {"task": self.task, "workload": self.workload, "candidate": self.candidate,
-                "run_secs": self.run_secs, "trace": self.trace}
+                "run_secs": self.run_secs, "trace": self.trace,
+                "reference_secs": self.reference_secs}
 
 
 def append_record(directory: Path, record: Record) -> None:
@@ -56,7 +58,7 @@ def read_records(directory: Path) -> list[Record]:
             try:
                 d = json.loads(line)
                 out.append(Record(d["task"], d["workload"], d["candidate"],
-                                  list(d["run_secs"]), d["trace"]))
+                                  list(d["run_secs"]), d["trace"], d.get("reference_secs")))
             except (ValueError, KeyError, TypeError):
                 continue
     return out

@@ -175,9 +175,9 @@ def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int, seed
                 secs = [float(s) for s in result.run_secs]
                 trace = plain(sch.trace.as_json(remove_postproc=True))
                 if not artifact.startswith(CACHED):  # a rerun's replay: recorded already
-                    append_record(measurer.work_dir, Record(task.name, workload,
-                                                            candidate_hash(sch.mod), secs,
-                                                            trace))
+                    append_record(measurer.work_dir, Record(
+                        task.name, workload, candidate_hash(sch.mod), secs, trace,
+                        measurer.reference_secs.get(task.name)))
                 proposer.add_parent(trace, min(secs))
         report()
 
