@@ -8,6 +8,11 @@ device cannot: a packet too large for the link, a stale handle, a device that st
 answering or restarted (an exception reply; the device session is started again, so the
 next client finds a working device), and a second client while one is served (busy).
 
+With a `FirmwareSlot` (`serve --accept-firmware`, generator/rpc/firmware.py) the bridge
+also answers `tvm.rpc.server.upload` and `tvm.rpc.server.load_module` itself: load_module
+restarts the device from the uploaded firmware and answers with the new device's system
+library, so the client's module is the new firmware's functions.
+
 Connections are admitted by a thread of their own each: only a connection that completes
 the TVM RPC handshake becomes a session, and a client silent for `idle_timeout` seconds
 loses its session. The device is only ever driven from the thread that calls `serve`.
@@ -26,7 +31,8 @@ from dataclasses import dataclass
 
 from generator.errors import DeviceError
 from generator.link.session import DeviceReset, Link, LinkTimeout, Session, SessionTimeouts
-from generator.rpc import packets
+from generator.rpc import firmware, packets
+from generator.rpc.firmware import FirmwareRefused, FirmwareSlot
 from generator.rpc.handles import HandleEpochs, Stale
 
 RPC_MAGIC = 0x000FF271
@@ -116,14 +122,19 @@ class NotRpc(Exception):
     """The client sent a packet length that is not TVM RPC (internal to the bridge)."""
 
 
-def _recv_packet(conn: socket.socket) -> bytes | int:
+def _recv_packet(conn: socket.socket,
+                 hold_large: Callable[[int, bytes], bool] | None = None) -> bytes | int:
     """One client packet with its length prefix, or the length of one too large to hold
-    (its bytes are read and dropped, so the stream stays in sync)."""
+    (its bytes are read and dropped, so the stream stays in sync). `hold_large(nbytes,
+    head)` may keep a larger packet after seeing the start of its body."""
     (nbytes,) = struct.unpack("<Q", _recv_exact(conn, 8))
     if nbytes > MAX_CLIENT_PACKET:
         raise NotRpc()
     if nbytes > MAX_HELD_PACKET:
-        left = nbytes
+        head = _recv_exact(conn, firmware.CALL_HEAD)
+        if hold_large is not None and hold_large(nbytes, head):
+            return struct.pack("<Q", nbytes) + head + _recv_exact(conn, nbytes - len(head))
+        left = nbytes - len(head)
         while left:
             left -= len(_recv_exact(conn, min(left, 1 << 16)))
         return nbytes + 8
@@ -149,8 +160,11 @@ class Bridge:
     def __init__(self, device: DeviceLink, host: str = "127.0.0.1", port: int = 9090,
                  key: str = "", on_event: Callable[[str], None] | None = None,
                  idle_timeout: float = IDLE_TIMEOUT,
-                 handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT,
+                 firmware_slot: FirmwareSlot | None = None) -> None:
         self.device = device
+        self.firmware_slot = firmware_slot
+        self._oversized_upload = 0  # the length of an upload call too large to hold
         self.key = key
         self.on_event = on_event
         self.idle_timeout = idle_timeout
@@ -307,7 +321,7 @@ class Bridge:
         while True:
             started = time.monotonic()
             try:
-                packet = _recv_packet(conn)
+                packet = _recv_packet(conn, self._hold_upload)
             except ClientGone:
                 self._reset_device_state()  # the client vanished without kShutdown
                 return
@@ -322,6 +336,7 @@ class Bridge:
                 return
             if isinstance(packet, int):
                 conn.sendall(self._too_large(packet))
+                self._oversized_upload = 0
                 continue
             if len(packet) == packets.PREFIX.size:
                 continue
@@ -329,7 +344,8 @@ class Bridge:
             if code == packets.SHUTDOWN:
                 self._reset_device_state(packet)
                 return
-            conn.sendall(self._forward(packet))
+            local = self._local(packet, code)
+            conn.sendall(local if local is not None else self._forward(packet))
 
     def _forward(self, packet: bytes) -> bytes:
         try:
@@ -353,6 +369,10 @@ class Bridge:
             return packets.exception_packet(exc.one_line())
 
     def _too_large(self, nbytes: int, max_packet: int | None = None) -> bytes:
+        if self._oversized_upload:
+            return packets.exception_packet(
+                f"{firmware.UPLOAD}: a call of {nbytes} bytes; files of at most "
+                f"{firmware.MAX_FIRMWARE_BYTES} bytes are accepted")
         if max_packet is None:
             session = self.device.session
             max_packet = session.max_packet if session is not None else MAX_HELD_PACKET
@@ -366,3 +386,96 @@ class Bridge:
             self.device.request(shutdown or packets.Requests.shutdown(), reply_expected=False)
         except DeviceError:
             pass
+
+    # ---- functions the bridge answers itself (serve --accept-firmware) -------------------
+
+    def _hold_upload(self, nbytes: int, head: bytes) -> bool:
+        if self.firmware_slot is None or not firmware.is_upload_call(nbytes, head):
+            return False
+        if nbytes > firmware.MAX_UPLOAD_PACKET:
+            self._oversized_upload = nbytes
+            return False
+        return True
+
+    def _local(self, packet: bytes, code: int) -> bytes | None:
+        """The reply to a request the bridge answers itself, or None to forward it."""
+        if code == packets.GET_GLOBAL_FUNC:
+            name = firmware.global_name(packet)
+            if name is None:
+                return None
+            if self.firmware_slot is None:
+                return packets.exception_packet(
+                    f"{name}: this device does not take new firmware (start 'microtvm-gen "
+                    "serve' with --accept-firmware)")
+            handle = packets.Handle(firmware.LOCAL_HANDLES[name])
+            return packets.packet(packets.RETURN, packets.encode_args(handle))
+        if self.firmware_slot is None or code not in (packets.CALL_FUNC, packets.FREE_HANDLE):
+            return None
+        start = packets.PREFIX.size + 4
+        try:
+            if code == packets.FREE_HANDLE:
+                args = firmware.call_args(packet, start)
+                if args and args[0] in firmware.LOCAL_HANDLES.values():
+                    return packets.packet(packets.RETURN, packets.encode_args(None))
+                return None
+            target = firmware.call_target(packet)
+            if target not in firmware.LOCAL_HANDLES.values():
+                return None
+            args = firmware.call_args(packet, start + 8)
+        except (ValueError, struct.error):
+            return None
+        try:
+            if target == firmware.LOCAL_HANDLES[firmware.UPLOAD]:
+                if len(args) != 2 or not isinstance(args[0], str) \
+                        or not isinstance(args[1], bytes):
+                    raise FirmwareRefused(f"{firmware.UPLOAD} expects (target name, bytes)")
+                self.firmware_slot.upload(args[0], args[1])
+                self._event(f"received {args[0]} ({len(args[1])} bytes)")
+                return packets.packet(packets.RETURN, packets.encode_args(0, None))
+            if len(args) != 1 or not isinstance(args[0], str):
+                raise FirmwareRefused(f"{firmware.LOAD_MODULE} expects (target name)")
+            return self._load_module(args[0])
+        except (FirmwareRefused, OSError) as exc:
+            text = exc.one_line() if isinstance(exc, FirmwareRefused) else \
+                f"serve could not keep the file: {exc.strerror or exc}"
+            self._event(f"refused: {text}")
+            return packets.exception_packet(text)
+
+    def _load_module(self, name: str) -> bytes:
+        """Restart the device from the uploaded file `name`; answer with its system library.
+
+        A firmware that does not start a device session is replaced by the previous one
+        again (restarted), and the client gets an exception."""
+        slot = self.firmware_slot
+        assert slot is not None
+        path = slot.check(name)
+        self.device.close()
+        loaded = slot.install(path)
+        try:
+            self.device.ensure()
+        except DeviceError as exc:
+            self.device.close()
+            slot.restore()
+            try:
+                self.device.ensure()
+                again = "the previous firmware runs again"
+            except DeviceError as second:
+                again = f"the previous firmware did not start either: {second.one_line()}"
+            raise FirmwareRefused(f"firmware {name} did not start a device session "
+                                  f"({exc.one_line()}); {again}") from None
+        self._event(f"firmware {loaded.name} ({loaded.size} bytes, sha256 "
+                    f"{loaded.sha256[:12]}) loaded; device restarted")
+        return self._system_lib()
+
+    def _system_lib(self) -> bytes:
+        """The reply to `ffi.SystemLib()` on the device: a Module handle for the client."""
+        reply = self._forward(packets.Requests.get_global("ffi.SystemLib"))
+        try:
+            found = packets.decode_return(reply)
+        except DeviceError as exc:
+            return packets.exception_packet(exc.one_line())
+        if not found or not isinstance(found[0], packets.Handle) or not found[0].value:
+            return packets.exception_packet("the new firmware has no system library")
+        module = self._forward(packets.Requests.call(found[0].value))
+        self._forward(packets.Requests.free_handle(found[0].value))
+        return module

@@ -2,6 +2,10 @@
 
 SIGTERM, SIGINT and SIGHUP stop `serve` cleanly: the signal raises `Stopped` in the main
 thread, and the device (QEMU or the firmware process) is stopped before `serve` returns.
+
+With `accept_firmware`, the project is built as usual and then run from a private copy
+that clients may give a new firmware (generator/rpc/firmware.py); the copy is removed
+when serve ends.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from generator.errors import ProjectError
+from generator.errors import InputError, ProjectError
 from generator.link.session import Link, SessionTimeouts
 from generator.project.generate import HOST_DRIVEN, load_project
 from generator.rpc.bridge import IDLE_TIMEOUT, Bridge, DeviceLink
+from generator.rpc.firmware import FirmwareSlot
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -72,6 +77,7 @@ class ServeOptions:
     baud: int = 115200
     reply_timeout: float = 60.0
     idle_timeout: float = IDLE_TIMEOUT  # seconds a client may stay silent; 0: forever
+    accept_firmware: bool = False  # clients may load a new firmware (upload + load_module)
 
 
 def host_driven_project(project_dir: Path) -> dict:
@@ -82,15 +88,42 @@ def host_driven_project(project_dir: Path) -> dict:
     return project
 
 
+def started_by_serve(project: dict) -> bool:
+    """Whether serve starts the project's device itself (QEMU or a host process), as
+    opposed to a board that is flashed."""
+    from generator.boards import load_board
+
+    if "zephyr" in project:
+        from generator.project.zephyr import project_board
+
+        return project_board(project).runner in ("process", "qemu")
+    return load_board(project["board"]).runner in ("process", "qemu")
+
+
+def check_accept_firmware(options: ServeOptions, project: dict) -> None:
+    """--accept-firmware needs a device serve starts itself from a firmware file."""
+    if options.serial_port is not None:
+        raise InputError("--accept-firmware cannot be used with --serial: serve cannot put a "
+                         "new firmware on a board it only talks to")
+    if not started_by_serve(project):
+        raise InputError(f"--accept-firmware: board '{project.get('board')}' is flashed, not "
+                         "started by serve (QEMU boards and 'host' only)")
+
+
 def device_link(project_dir: Path, options: ServeOptions,
                 on_log: Callable[[str], None], on_event: Callable[[str], None],
                 progress: Callable[[str], None] | None = None,
-                resources: contextlib.ExitStack | None = None) -> DeviceLink:
+                resources: contextlib.ExitStack | None = None,
+                slots: list[FirmwareSlot] | None = None) -> DeviceLink:
     """How to reach the project's device: open the serial port given, or ask the project's
     Project API server to build the firmware and open its transport (the server, and with
-    it the device, ends when `resources` closes)."""
+    it the device, ends when `resources` closes). With `options.accept_firmware` the
+    transport is that of a private copy of the built project (a FirmwareSlot, appended to
+    `slots`; removed when `resources` closes)."""
     project = host_driven_project(project_dir)
     max_payload = project["host_driven"]["link_max_payload"]
+    if options.accept_firmware:
+        check_accept_firmware(options, project)
     if options.serial_port is not None:
         from generator.link.serial_link import SerialLink
 
@@ -100,15 +133,32 @@ def device_link(project_dir: Path, options: ServeOptions,
         from generator.project_api.client import ProjectClient
 
         stack = resources if resources is not None else contextlib.ExitStack()
-        server = stack.enter_context(ProjectClient(project_dir))
-        if progress:
-            progress("building through the project's Project API server")
-        server.build({"verbose": progress is not None})
+        server = ProjectClient(project_dir)
+        with contextlib.ExitStack() as build_only:
+            # The device runs from the project itself, or from a copy made after the build.
+            (build_only if options.accept_firmware else stack).enter_context(server)
+            if progress:
+                progress("building through the project's Project API server")
+            server.build({"verbose": progress is not None})
+        if options.accept_firmware:
+            slot = FirmwareSlot.create(project_dir)
+            stack.callback(slot.remove)  # after the copy's server (and device) ended
+            server = stack.enter_context(ProjectClient(slot.project))
+            if slots is not None:
+                slots.append(slot)
 
         def open_link() -> Link:
             return server.transport()
     timeouts = SessionTimeouts(reply=options.reply_timeout)
     return DeviceLink(open_link, timeouts, max_payload, on_log=on_log, on_event=on_event)
+
+
+def _host_note(project_dir: Path) -> str:
+    project = load_project(project_dir)
+    if project.get("board") == "host":
+        return (", and the 'host' board's firmware is a process on THIS machine, with the "
+                "rights of the user running serve")
+    return ""
 
 
 def serve(project_dir: Path, options: ServeOptions,
@@ -127,17 +177,24 @@ def serve(project_dir: Path, options: ServeOptions,
 
     on_event = on_event or event
     with stop_on_signals(), contextlib.ExitStack() as resources:
-        link = device_link(project_dir, options, on_log or log, on_event, progress, resources)
+        slots: list[FirmwareSlot] = []
+        link = device_link(project_dir, options, on_log or log, on_event, progress, resources,
+                           slots)
         registrar = None
         bridge = None
         try:
             bridge = Bridge(link, options.host, options.port, key=options.key,
-                            on_event=on_event, idle_timeout=options.idle_timeout)
+                            on_event=on_event, idle_timeout=options.idle_timeout,
+                            firmware_slot=slots[0] if slots else None)
             if not is_loopback(bridge.host):
                 on_event(f"warning: listening on {bridge.host}:{bridge.port}, beyond this "
                          "machine; the RPC endpoint has no authentication: anyone who can "
                          "reach it can run the device's functions and read and write its "
                          "tensor memory")
+                if slots:
+                    on_event(f"warning: --accept-firmware: anyone who can reach "
+                             f"{bridge.host}:{bridge.port} can also run a program of their "
+                             "choice on the device" + _host_note(project_dir))
             link.ensure()  # start the device now: the first client should not wait for it
             if options.tracker is not None:
                 from generator.rpc.tracker import TrackerRegistrar
