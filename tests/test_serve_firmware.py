@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from generator.rpc.firmware import MAX_FIRMWARE_BYTES
 from tests.conftest import REPO, host_driven_project
 
 tvm = pytest.importorskip("tvm")
@@ -121,9 +122,12 @@ def test_upload_and_load_module_replace_the_firmware(host_projects, tmp_path):
     try:
         remote = tvm.rpc.connect("127.0.0.1", served.port)
         a, b = _vectors(1)
-        np.testing.assert_array_equal(_call(remote.system_lib(), "vadd", remote, a, b), a + b)
+        lib_a = remote.system_lib()
+        np.testing.assert_array_equal(_call(lib_a, "vadd", remote, a, b), a + b)
 
         module = _load_b(remote, firmware_b, a, b)
+        with pytest.raises(tvm.error.RPCError, match="stale handle"):
+            lib_a["vadd"]  # A's device is gone, and with it every handle it gave out
         np.testing.assert_array_equal(_call(remote.system_lib(), "vsub", remote, a, b), a - b)
         with pytest.raises(AttributeError, match="no function 'vadd'"):
             module["vadd"]
@@ -135,7 +139,7 @@ def test_upload_and_load_module_replace_the_firmware(host_projects, tmp_path):
         remote.upload(padded, "padded.elf")
         again = remote.load_module("padded.elf")
         np.testing.assert_array_equal(_call(again, "vsub", remote, a, b), a - b)
-        del module, again, remote
+        del lib_a, module, again, remote
         assert served.proc.wait(timeout=60) == 0
     finally:
         served.stop()
@@ -182,6 +186,8 @@ def test_wrong_files_and_names_are_refused_and_the_device_keeps_serving(host_pro
                                                      "ELF; this device runs a 64-bit "
                                                      "little-endian x86-64 ELF"):
             remote.load_module("arm.elf")
+        with pytest.raises(tvm.error.RPCError, match=f"at most {MAX_FIRMWARE_BYTES} bytes"):
+            remote.upload(bytearray(MAX_FIRMWARE_BYTES + 1), "big.elf")
         for name in ("../fw.elf", "a/b.elf", ".."):
             with pytest.raises(tvm.error.RPCError, match="must be a plain file name"):
                 remote.upload(bytearray(b"x"), name)

@@ -224,10 +224,18 @@ class FirmwareSlot:
         """Make `path` the firmware the device starts from (the device is stopped)."""
         data = path.read_bytes()
         staged = self.firmware.with_name(FIRMWARE_NAME + ".new")
-        staged.write_bytes(data)
-        staged.chmod(0o700)
-        os.replace(self.firmware, self._previous)
-        os.replace(staged, self.firmware)
+        try:
+            staged.write_bytes(data)
+            staged.chmod(0o700)
+            os.replace(self.firmware, self._previous)
+        except OSError:
+            staged.unlink(missing_ok=True)
+            raise
+        try:
+            os.replace(staged, self.firmware)
+        except OSError:
+            os.replace(self._previous, self.firmware)
+            raise
         return Loaded(path.name, len(data), hashlib.sha256(data).hexdigest())
 
     def restore(self) -> None:
