@@ -266,3 +266,32 @@ def test_two_devices_through_a_stock_tracker(host_projects, tmp_path):
         _stop_tracker(tracker)
     for s in served:
         assert "firmware batch" in s.events() and "loaded; device restarted" in s.events()
+
+
+def test_accept_firmware_is_refused_where_serve_does_not_start_the_device(host_projects,
+                                                                         tmp_path, capsys):
+    from generator.cli import main
+    from generator.project.generate import generate
+
+    flashed = tmp_path / "nucleo"
+    generate(host_projects["A"] / "model.tar", "nucleo-f746zg", flashed,
+             project_type="host-driven")
+    assert main(["serve", str(flashed), "--accept-firmware"]) == 2
+    assert main(["serve", str(host_projects["A"]), "--serial", "/dev/null",
+                 "--accept-firmware"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2
+    assert "board 'nucleo-f746zg' is flashed, not started by serve" in lines[0]
+    assert "--accept-firmware cannot be used with --serial" in lines[1]
+
+
+def test_beyond_loopback_serve_warns_that_clients_can_run_code_here(host_projects, tmp_path):
+    served = Served(host_projects["A"], tmp_path / "serve.log", "--accept-firmware",
+                    "--host", "0.0.0.0", "--sessions", "1")
+    try:
+        tvm.rpc.connect("127.0.0.1", served.port)  # dropped at once: the session ends
+        assert served.proc.wait(timeout=60) == 0
+    finally:
+        served.stop()
+    assert "warning: --accept-firmware: anyone who can reach 0.0.0.0:" in served.events()
+    assert "the 'host' board's firmware is a process on THIS machine" in served.events()
