@@ -295,3 +295,34 @@ def test_beyond_loopback_serve_warns_that_clients_can_run_code_here(host_project
         served.stop()
     assert "warning: --accept-firmware: anyone who can reach 0.0.0.0:" in served.events()
     assert "the 'host' board's firmware is a process on THIS machine" in served.events()
+
+
+@pytest.mark.parametrize("name", ["fw.elf", "batch-00007.elf", "a b", "é.elf"])
+def test_plain_target_names_are_taken(name):
+    from generator.rpc.firmware import check_target_name
+
+    assert check_target_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../x", "a/b", "a\\b", "x..y", "/etc/passwd",
+                                  "nul\0byte", "x" * 256])
+def test_other_target_names_are_refused(name):
+    from generator.rpc.firmware import FirmwareRefused, check_target_name
+
+    with pytest.raises(FirmwareRefused, match="plain file name"):
+        check_target_name(name)
+
+
+def test_elf_ident_reads_class_byte_order_and_machine():
+    from generator.rpc.firmware import ElfIdent, FirmwareRefused, elf_ident
+
+    arm = b"\x7fELF\x01\x01\x01" + bytes(9) + (2).to_bytes(2, "little") + (40).to_bytes(2,
+                                                                                        "little")
+    assert elf_ident(arm, "a") == ElfIdent(32, True, 40)
+    assert elf_ident(arm, "a").describe() == "a 32-bit little-endian ARM ELF"
+    big = b"\x7fELF\x01\x02\x01" + bytes(9) + (2).to_bytes(2, "big") + (8).to_bytes(2, "big")
+    assert elf_ident(big, "b") == ElfIdent(32, False, 8)
+    with pytest.raises(FirmwareRefused, match="of type 1, not an executable"):
+        elf_ident(arm[:16] + (1).to_bytes(2, "little") + arm[18:], "obj")  # ET_REL
+    with pytest.raises(FirmwareRefused, match="short is not an ELF file"):
+        elf_ident(arm[:10], "short")

@@ -29,6 +29,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from generator.build import BUILD_DIR, FIRMWARE
 from generator.errors import MtgError
 from generator.rpc import packets
 
@@ -48,8 +49,6 @@ ELF_HEADER_BYTES = 20  # e_ident (16) + e_type (2) + e_machine (2)
 ELF_TYPES = (2, 3)  # ET_EXEC, ET_DYN (a position-independent host executable)
 MACHINES = {3: "x86", 8: "MIPS", 40: "ARM", 62: "x86-64", 183: "AArch64", 243: "RISC-V"}
 T_SMALL_STR, T_SMALL_BYTES, T_STR = 11, 12, 65
-FIRMWARE_NAME = "firmware.elf"  # generator.build.FIRMWARE
-BUILD_DIR = "build"  # generator.build.BUILD_DIR
 
 
 class FirmwareRefused(MtgError):
@@ -176,8 +175,8 @@ class FirmwareSlot:
         shutil.copytree(project_dir, self.project, symlinks=True,
                         ignore=lambda d, names: [BUILD_DIR] if d == top else [])
         (self.project / BUILD_DIR).mkdir()
-        self.firmware = self.project / BUILD_DIR / FIRMWARE_NAME
-        shutil.copy2(project_dir / BUILD_DIR / FIRMWARE_NAME, self.firmware)
+        self.firmware = self.project / BUILD_DIR / FIRMWARE
+        shutil.copy2(project_dir / BUILD_DIR / FIRMWARE, self.firmware)
         self.ident = read_elf_ident(self.firmware, "the project's firmware")
         self._previous = work_dir / "previous.elf"
 
@@ -223,7 +222,7 @@ class FirmwareSlot:
     def install(self, path: Path) -> Loaded:
         """Make `path` the firmware the device starts from (the device is stopped)."""
         data = path.read_bytes()
-        staged = self.firmware.with_name(FIRMWARE_NAME + ".new")
+        staged = self.firmware.with_name(FIRMWARE + ".new")
         try:
             staged.write_bytes(data)
             staged.chmod(0o700)
