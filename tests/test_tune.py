@@ -277,25 +277,6 @@ def test_cli_refuses_an_unknown_board_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_tunes_the_int8_hello_world(tmp_path):
-    model = SHARED / "fixtures" / "models" / "hello_world" / "hello_world_int8.tflite"
-    if not model.exists():
-        pytest.skip(f"needs {model}")
-    require_board_tools(BOARD)
-    out = tmp_path / "tuning"
-    proc = subprocess.run([sys.executable, "-m", "generator", "tune", str(model), "--board",
-                           BOARD, "--trials", "6", "--batch", "2", "-o", str(out), "--json"],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr
-    summary = json.loads(proc.stdout)
-    assert [t["name"] for t in summary["tasks"]] == ["q_dense", "q_dense1", "q_dense2"]
-    assert all(t["done"] == 2 and t["best_secs"] for t in summary["tasks"])
-    assert summary["builds"] == 3
-    assert "task 3/3 q_dense2: 2/2 trials" in proc.stderr
-    assert len(_log(out)) == 6
-
-
-@pytest.mark.slow
 def test_ctrl_c_then_rerun_continues_without_measuring_again(tmp_path):
     """SIGINT after the first batch: exit 130, no device left running, the log intact; the
     same command then finishes the trials and measures no candidate a second time."""

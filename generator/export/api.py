@@ -56,10 +56,11 @@ def export_model(model: Path, dest: Path, shapes: dict[str, tuple[int, ...]] | N
 
 def export_relax(mod, dest: Path, module: str = "default",
                  output_names: list[str] | None = None,
-                 accelerators: list[Selected] | None = None) -> ExportResult:
+                 accelerators: list[Selected] | None = None,
+                 tuning: TuningRecords | None = None) -> ExportResult:
     """Write a Relax IRModule (weights bound as constants, static shapes) as MLF v8."""
     return _export(mod, dest, module, output_names, "Relax IRModule", time.monotonic(),
-                   accelerators or [])
+                   accelerators or [], tuning)
 
 
 def _check_module_name(module: str) -> None:

@@ -38,12 +38,19 @@ class Task:
 def extract_tasks(model_path: Path, shapes: dict[str, tuple[int, ...]] | None = None) \
         -> list[Task]:
     """The model's tasks, in order of first call."""
-    from tvm import relax
-
     from generator.export import frontend
-    from generator.export.lower import fuse
 
     mod, _ = frontend.import_model(Path(model_path), shapes or {})
+    return module_tasks(mod)
+
+
+def module_tasks(mod) -> list[Task]:
+    """The tasks of a Relax IRModule (weights bound as constants), as `export_relax` lowers
+    it."""
+    from tvm import relax
+
+    from generator.export.lower import fuse
+
     fused, _, _ = fuse(mod)
     calls: list[str] = []
 

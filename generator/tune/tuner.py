@@ -182,6 +182,14 @@ def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int, seed
         report()
 
 
+def propose_candidates(task: Task, count: int, seed: int = 0) -> list:
+    """Up to `count` distinct schedules of `task` from its search space (what the first batch
+    of `tune` with this seed builds), without measuring anything."""
+    rng = task_rng(seed, task)
+    ctx = tune_context(task.mod, task.name, "replay-trace", int(rng.integers(1, 2**30)))
+    return _Proposer(task, ctx, rng).propose(count)
+
+
 class _Proposer:
     """New candidates: random decisions on the design space's traces, or a mutation of one
     of the best traces measured."""

@@ -1,0 +1,236 @@
+"""`export --tuning-records`: kernels scheduled by tune's records, outputs unchanged.
+
+Tuned archives are made from records of real `tune` runs on the host board (the int8
+hello_world through the CLI, and a small float MLP), then run next to untuned ones on the
+host and in QEMU. The other tests write records themselves from candidates of the real
+search space with made-up times: they check that export applies exactly the candidate
+named, only where it was faster, and that hostile records never reach the archive. (Such
+unmeasured candidates are not run: the search space has candidates TVM 0.27 compiles
+wrong — an explicitly unrolled max-pool whose C reads a stale accumulator — which is why
+`tune` checks every candidate against the untuned kernel on the device.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from generator.cli import main
+from generator.errors import ExportError
+from generator.export import export_model, export_relax
+from generator.export.tuning import MAX_RECORDS_BYTES, TuningRecords
+from generator.mlf import read_mlf
+from generator.project.generate import generate
+from generator.run import run_project
+from generator.tune import tune_tasks
+from generator.tune.log import candidate_hash
+from generator.tune.records import Record, append_record, plain
+from generator.tune.tasks import extract_tasks, module_tasks
+from generator.tune.tuner import propose_candidates
+from tests.conftest import REPO, require_board_tools
+
+MODELS = REPO / "tests" / "fixtures" / "models"
+INT8 = MODELS / "hello_world" / "hello_world_int8.tflite"
+FLOAT = MODELS / "magic_wand" / "magic_wand.tflite"
+FAST, SLOW = 1e-7, 1e-6  # made-up device times: a record FAST next to a reference SLOW
+
+
+def write_records(model: Path, directory: Path, per_task: int = 1, secs: float = FAST,
+                  reference: float = SLOW) -> dict[str, list[str]]:
+    """Records for every task of `model` from its search space; task → candidates."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written: dict[str, list[str]] = {}
+    for task in extract_tasks(model):
+        for sch in propose_candidates(task, per_task, seed=1):
+            record = Record(task.name, task.workload, candidate_hash(sch.mod), [secs],
+                            plain(sch.trace.as_json(remove_postproc=True)), reference)
+            append_record(directory, record)
+            written.setdefault(task.name, []).append(record.candidate)
+    return written
+
+
+@pytest.fixture(scope="module")
+def int8_records(tmp_path_factory) -> tuple[Path, dict]:
+    """Made-up records (not run)."""
+    directory = tmp_path_factory.mktemp("int8-tuning")
+    return directory, write_records(INT8, directory)
+
+
+@pytest.fixture(scope="module")
+def tuned_int8(tmp_path_factory) -> tuple[Path, dict]:
+    """`microtvm-gen tune` of the int8 hello_world on the host: its directory and summary."""
+    require_board_tools("host")
+    out = tmp_path_factory.mktemp("tune-hello") / "tuning"
+    proc = subprocess.run([sys.executable, "-m", "generator", "tune", str(INT8), "--board",
+                           "host", "--trials", "6", "--batch", "2", "-o", str(out), "--json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    return out, {"summary": json.loads(proc.stdout), "stderr": proc.stderr}
+
+
+def mlp():
+    """A float MLP: 1x32 → dense 64 + bias + relu → dense 10."""
+    from tvm import relax
+
+    rng = np.random.default_rng(3)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 32), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            w1 = relax.const(rng.standard_normal((32, 64)).astype("float32"))
+            b1 = relax.const(rng.standard_normal((64,)).astype("float32"))
+            w2 = relax.const(rng.standard_normal((64, 10)).astype("float32"))
+            h = bb.emit(relax.op.nn.relu(relax.op.add(relax.op.matmul(x, w1), b1)))
+            y = bb.emit_output(relax.op.matmul(h, w2))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+@pytest.fixture(scope="module")
+def tuned_float(tmp_path_factory) -> Path:
+    require_board_tools("host")
+    out = tmp_path_factory.mktemp("tune-mlp")
+    tune_tasks(module_tasks(mlp()), "host", 4, out, batch_size=2)
+    return out
+
+
+def test_cli_tunes_the_int8_hello_world(tuned_int8):
+    out, result = tuned_int8
+    summary = result["summary"]
+    assert [t["name"] for t in summary["tasks"]] == ["q_dense", "q_dense1", "q_dense2"]
+    assert all(t["done"] == 2 and t["best_secs"] for t in summary["tasks"])
+    assert summary["builds"] == 3
+    assert "task 3/3 q_dense2: 2/2 trials" in result["stderr"]
+    assert len((out / "log.jsonl").read_text().splitlines()) == 6
+
+
+def _members(archive: Path) -> dict[str, bytes]:
+    with tarfile.open(archive) as tar:
+        return {m.name.removeprefix("./"): tar.extractfile(m).read() for m in tar.getmembers()
+                if m.isfile()}
+
+
+def _metadata(archive: Path) -> dict:
+    return json.loads(_members(archive)["metadata.json"])["modules"]["default"]
+
+
+def test_records_are_applied_and_the_archive_says_which(int8_records, tmp_path):
+    directory, written = int8_records
+    tuned = export_model(INT8, tmp_path / "tuned.tar",
+                         tuning=TuningRecords.load(directory))
+    assert {k.task: [k.candidate] for k in tuned.tuned} == written
+    meta = _metadata(tmp_path / "tuned.tar")["tuning"]
+    assert [k["candidate"] for k in meta["kernels"]] == [k.candidate for k in tuned.tuned]
+    assert len(meta["records_sha256"]) == 64 and str(directory) not in json.dumps(meta)
+    untuned = export_model(INT8, tmp_path / "untuned.tar")
+    assert "tuning" not in _metadata(tmp_path / "untuned.tar")
+    assert untuned.tuned == [] and tuned.plan.pool_bytes == untuned.plan.pool_bytes
+
+
+def _samples(t, count: int = 8) -> list[dict]:
+    rng = np.random.default_rng(5)
+    return [{t.name: (rng.standard_normal(t.shape).astype(t.dtype)
+                      if t.dtype.startswith("float") else
+                      rng.integers(-128, 128, t.shape).astype(t.dtype))}
+            for _ in range(count)]
+
+
+@pytest.mark.parametrize("board", ["host", "qemu-mps2-an385"])
+def test_tuned_archives_compute_what_untuned_ones_do(tuned_int8, tuned_float, board, tmp_path):
+    """int8 bit-exact, float within 1e-5, on 8 random inputs."""
+    require_board_tools(board)
+    for name, export, records in (
+            ("int8", lambda dest, tuning: export_model(INT8, dest, tuning=tuning),
+             tuned_int8[0]),
+            ("float", lambda dest, tuning: export_relax(mlp(), dest, tuning=tuning),
+             tuned_float)):
+        outputs = []
+        for kind, tuning in (("untuned", None), ("tuned", TuningRecords.load(records))):
+            result = export(tmp_path / f"{name}-{kind}.tar", tuning)
+            if tuning is not None:
+                assert result.tuned or all("not faster" in n for n in result.notes), \
+                    result.notes
+            project = tmp_path / f"proj-{name}-{kind}"
+            generate(result.path, board, project)
+            outputs.append(run_project(project, _samples(result.inputs[0])).outputs)
+        for got, want in zip(outputs[1], outputs[0], strict=True):
+            for key in want:
+                if want[key].dtype.kind == "f":
+                    np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-5)
+                else:
+                    np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_a_record_not_faster_than_the_untuned_kernel_is_not_applied(tmp_path):
+    write_records(INT8, tmp_path / "t", secs=SLOW, reference=SLOW)
+    result = export_model(INT8, tmp_path / "a.tar", tuning=TuningRecords.load(tmp_path / "t"))
+    assert result.tuned == []
+    assert sum("not faster than the untuned kernel" in n for n in result.notes) == 3
+
+
+def _rewrite(directory: Path, change) -> None:
+    path = directory / "records.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(change(d)) + "\n" for d in lines))
+
+
+def test_hostile_records_never_reach_the_archive(int8_records, tmp_path):
+    """A trace TVM refuses, a trace that gives another kernel than the one measured, and
+    lines that are not records: each left out with a note, the kernel untuned."""
+    source = int8_records[0] / "records.jsonl"
+    lines = source.read_text().splitlines()
+    bad = tmp_path / "bad"
+    bad.mkdir()
+
+    def mangle(i: int, d: dict) -> dict:
+        if i == 0:
+            d["trace"] = [["not", "a", "trace"], {"x": 1}]
+        elif i == 1:
+            d["candidate"] = "0123456789abcdef"
+        else:
+            d["trace"] = d["trace"] + [[["GetSBlock", [], [{"a": "'); system(\"rm\"); //"}],
+                                        []]]]
+        return d
+
+    (bad / "records.jsonl").write_text(
+        "".join(json.dumps(mangle(i, json.loads(x))) + "\n" for i, x in enumerate(lines))
+        + "not json\n" + json.dumps({"task": "x", "workload": "../../etc", "candidate": "1",
+                                     "run_secs": [1], "trace": []}) + "\n")
+    records = TuningRecords.load(bad)
+    assert records.skipped_lines == 2
+    result = export_model(INT8, tmp_path / "a.tar", tuning=records)
+    assert result.tuned == []
+    notes = " ".join(result.notes)
+    assert "TVM cannot replay its trace" in notes
+    assert "gives a different kernel than the one measured" in notes
+    assert not any(b"system(" in data for data in _members(tmp_path / "a.tar").values())
+    read_mlf(tmp_path / "a.tar")  # and the archive reads as any other
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda d: None, "no records.jsonl there"),
+    (lambda d: (d / "records.jsonl").write_text("garbage\n"), "no valid record"),
+    (lambda d: (d / "records.jsonl").write_bytes(b" " * (MAX_RECORDS_BYTES + 1)),
+     "larger than 64 MiB"),
+])
+def test_unusable_records_are_one_line_and_exit_2(tmp_path, setup, message):
+    directory = tmp_path / "t"
+    directory.mkdir()
+    setup(directory)
+    with pytest.raises(ExportError, match=message):
+        TuningRecords.load(directory)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["export", str(INT8), "-o", str(tmp_path / "a.tar"),
+                     "--tuning-records", str(directory)])
+    assert code == 2
+    assert len(err.getvalue().strip().splitlines()) == 1 and message in err.getvalue()
+    assert not (tmp_path / "a.tar").exists()
