@@ -682,6 +682,16 @@ class Tune(Command):
                                  "time is virtual, 1 is enough)")
         parser.add_argument("--repeat", type=int, default=3, metavar="N",
                             help="timed repeats per candidate (default 3)")
+        parser.add_argument("--tracker", metavar="HOST:PORT",
+                            help="measure on the servers registered under --key with this "
+                                 "stock RPC tracker ('serve --accept-firmware --tracker "
+                                 "HOST:PORT --key K' next to each board); each batch's "
+                                 "firmware is uploaded to the server that measures it")
+        parser.add_argument("--key", default="micro",
+                            help="the tracker key of the servers (default 'micro')")
+        parser.add_argument("--parallel", type=int, metavar="N",
+                            help="batches measured at the same time (default: with --tracker, "
+                                 "the servers free under the key at the start; else 1)")
 
     def do_run(self, args):
         from generator.export import frontend
@@ -692,9 +702,21 @@ class Tune(Command):
             raise InputError("--number and --repeat must be at least 1")
         shapes = frontend.parse_shape_overrides(args.input_shape)
         config = EvaluatorConfig(number=args.number, repeat=args.repeat, seed=args.seed)
+        devices, parallel = None, args.parallel or 1
+        if args.tracker:
+            from generator.rpc.tracker import free_servers, parse_tracker_address
+            from generator.tune.session import TrackerDevices
+
+            tracker = parse_tracker_address(args.tracker)
+            devices = TrackerDevices(tracker, args.key)
+            if args.parallel is None:
+                parallel = max(1, free_servers(*tracker, args.key))
+            progress(f"measuring on servers under key '{args.key}' at {args.tracker}, "
+                     f"{parallel} at a time")
         summary = tune_model(args.model, args.board, args.trials, args.output,
                              batch_size=args.batch, shapes=shapes, progress=progress,
-                             seed=args.seed, config=config)
+                             seed=args.seed, config=config, devices=devices,
+                             parallel=parallel)
         if args.json:
             self.emit_json(summary.to_json())
             return EXIT_OK

@@ -376,3 +376,41 @@ class TrackerRegistrar:
         """Wait up to *seconds*, waking early for session_ended() or stop()."""
         self._wake.wait(seconds)
         self._wake.clear()
+
+
+def request_server(host: str, port: int, key: str, timeout: float,
+                   priority: int = 1) -> tuple[str, int, str]:
+    """Ask the tracker for a free server registered under `key`, waiting up to `timeout`
+    seconds for one: its address and the matchkey a client connects with."""
+    link = _TrackerLink.open(host, port, DEFAULT_TIMEOUT)
+    try:
+        link.sock.settimeout(timeout)
+        try:
+            reply = link.call([TrackerCode.REQUEST, key, "", priority])
+        except TimeoutError:
+            raise TrackerError(f"no server under key '{key}' became free at {link.where} "
+                               f"within {timeout:g} s") from None
+        except OSError as exc:
+            raise TrackerError(f"{link.where}: request for key '{key}' failed: {exc}") \
+                from None
+        if not (isinstance(reply, list) and len(reply) == 2 and reply[0] == TrackerCode.SUCCESS
+                and isinstance(reply[1], list) and len(reply[1]) == 3):
+            raise TrackerError(f"{link.where} answered the request for '{key}' with {reply!r}")
+        server_host, server_port, matchkey = reply[1]
+        return str(server_host), int(server_port), str(matchkey)
+    finally:
+        link.close()
+
+
+def free_servers(host: str, port: int, key: str, timeout: float = DEFAULT_TIMEOUT) -> int:
+    """How many servers under `key` the tracker has free now (its summary's queue)."""
+    link = _TrackerLink.open(host, port, timeout)
+    try:
+        reply = link.call([TrackerCode.SUMMARY])
+    finally:
+        link.close()
+    if not (isinstance(reply, list) and len(reply) == 2 and isinstance(reply[1], dict)):
+        raise TrackerError(f"{host}:{port} answered the summary with {reply!r}")
+    info = reply[1].get("queue_info", {}).get(key, {})
+    free = info.get("free", 0) if isinstance(info, dict) else 0
+    return free if isinstance(free, int) else 0

@@ -18,10 +18,12 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
 
-from generator.tune.builder import CACHED, build_batch
+from generator.tune.builder import CACHED, batch_info, build_batch
 from generator.tune.log import Measurement, TuneLog
 from generator.tune.runner import EvaluatorConfig, measure_batch
 from generator.tune.tasks import Task
+
+MAX_REQUEUES = 2  # a batch whose device was lost goes to a fresh session this often
 
 
 @dataclass
@@ -41,7 +43,8 @@ class Measurer:
     work_dir: Path
     log: TuneLog
     config: EvaluatorConfig = field(default_factory=EvaluatorConfig)
-    device: str = "local"
+    devices: object = None  # session.LocalDevices (default) or session.TrackerDevices
+    parallel: int = 1  # batches measured at the same time (sessions open at once)
     say: Callable[[str], None] | None = None
     keep_batches: bool = False
     task: Task | None = None
@@ -89,28 +92,73 @@ class Measurer:
             else:
                 project, _, name = artifact.rpartition("#")
                 projects.setdefault(project, []).append(i)
-        for project, indices in projects.items():
+        if projects:
             start = time.monotonic()
-            batch = int(Path(project).parent.name)
-            measured = measure_batch(self.task.name, Path(project), shapes, self.config,
-                                     batch, self.device, self.say, workload)
+            measured = self._measure_all(list(projects), shapes, workload)
             self.counters.measure_seconds += time.monotonic() - start
-            if measured.reference_secs:
-                self.reference_secs[self.task.name] = min(measured.reference_secs)
-            for i in indices:
-                name = artifacts[i].rpartition("#")[2]
-                m = measured.results[name]
-                self.log.append(m)
-                self.counters.measured += 1
-                self.counters.failed += m.error is not None
-                results[i] = m
-            if not self.keep_batches:
-                import shutil
+            for project, indices in projects.items():
+                for i in indices:
+                    name = artifacts[i].rpartition("#")[2]
+                    m = measured[project][name]
+                    self.log.append(m)
+                    self.counters.measured += 1
+                    self.counters.failed += m.error is not None
+                    results[i] = m
+                if not self.keep_batches:
+                    import shutil
 
-                shutil.rmtree(Path(project).parent, ignore_errors=True)
+                    shutil.rmtree(Path(project).parent, ignore_errors=True)
         if self.on_batch:
             self.on_batch()
         return [m for m in results if m is not None]
+
+
+    def _measure_all(self, projects: list[str], shapes, workload: str) \
+            -> dict[str, dict[str, Measurement]]:
+        """Every candidate of every project, measured on up to `parallel` sessions at once.
+        A batch whose device was lost goes back to the queue with what it has left (for
+        another session, from the tracker another server); after MAX_REQUEUES the rest is
+        recorded as failed."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from generator.tune.session import LocalDevices
+
+        assert self.task is not None
+        task = self.task
+        devices = self.devices or LocalDevices(self.config.reply_timeout)
+        done: dict[str, dict[str, Measurement]] = {p: {} for p in projects}
+
+        def one(project: str, only: list[str] | None):
+            batch = int(Path(project).parent.name)
+            return measure_batch(task.name, Path(project), shapes, self.config, batch,
+                                 devices, self.say, workload, only)
+
+        queue: list[tuple[str, list[str] | None, int]] = [(p, None, 0) for p in projects]
+        pool = ThreadPoolExecutor(max_workers=self.parallel) if self.parallel > 1 else None
+        try:
+            while queue:
+                jobs = [(p, tries, pool.submit(one, p, only) if pool else (p, only))
+                        for p, only, tries in queue]
+                queue = []
+                for project, tries, job in jobs:
+                    measured = job.result() if pool else one(*job)
+                    if measured.reference_secs:
+                        self.reference_secs[task.name] = min(measured.reference_secs)
+                    done[project].update(measured.results)
+                    if not measured.unmeasured:
+                        continue
+                    if tries < MAX_REQUEUES:
+                        queue.append((project, measured.unmeasured, tries + 1))
+                        continue
+                    for name in measured.unmeasured:
+                        info = batch_info(Path(project))
+                        done[project][name] = Measurement(
+                            task.name, info["candidates"][name], int(Path(project).parent.name),
+                            devices.label, error=measured.device_lost, workload=workload)
+        finally:
+            if pool is not None:  # after Ctrl-C: no new batches; the serves die with us
+                pool.shutdown(wait=False, cancel_futures=True)
+        return done
 
 
 @derived_object

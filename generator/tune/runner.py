@@ -3,8 +3,10 @@
 Inputs are random (int8 over its whole range, wider integers within ±2^15, floats normal).
 A candidate counts only when its outputs equal the reference kernel's on the same inputs
 (integers bit-exact, floats within 1e-5); otherwise it is recorded as failed, not timed.
-A call that kills or hangs the device fails that candidate; the runner starts a fresh
-device session and goes on. A device that does not come back fails the rest of the batch.
+A call that kills or hangs the device is tried once more on a fresh device session (a
+device killed from outside is not the candidate's fault); failing again, the candidate is
+recorded as failed. A device that does not come back leaves the rest of the batch
+unmeasured (`BatchMeasurement.unmeasured`), for the caller to measure elsewhere.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from generator.errors import MtgError
 from generator.export.lower import last_line
 from generator.tune.builder import REFERENCE, batch_info
 from generator.tune.log import Measurement
-from generator.tune.session import DeviceSession
 
 FLOAT_TOLERANCE = 1e-5
 INT_RANGE = 2**15  # wider-than-8-bit integer inputs: |x| < this (no overflow in kernels)
@@ -46,6 +47,7 @@ class BatchMeasurement:
     restarts: int = 0
     stop_seconds: float = 0.0  # closing sessions a candidate broke
     device_lost: str | None = None
+    unmeasured: list[str] = field(default_factory=list)  # left when the device was lost
 
 
 def random_inputs(shapes: list[tuple[tuple[int, ...], str]], rng: np.random.Generator) \
@@ -81,33 +83,52 @@ def outputs_match(got: np.ndarray, want: np.ndarray) -> str | None:
 
 
 def measure_batch(task: str, project: Path, shapes: list[tuple[tuple[int, ...], str]],
-                  config: EvaluatorConfig, batch: int, device: str = "local",
-                  say: Callable[[str], None] | None = None,
-                  workload: str = "") -> BatchMeasurement:
-    """Check and time every candidate of a built batch project on a fresh device."""
+                  config: EvaluatorConfig, batch: int, devices,
+                  say: Callable[[str], None] | None = None, workload: str = "",
+                  only: list[str] | None = None) -> BatchMeasurement:
+    """Check and time the candidates of a built batch project (or those named `only`) on a
+    fresh session from `devices` (session.LocalDevices or session.TrackerDevices)."""
     info = batch_info(project)
-    names = sorted(info["candidates"], key=lambda n: int(n[len("cand"):]))
+    names = sorted(only or info["candidates"], key=lambda n: int(n[len("cand"):]))
     n_out = int(info["outputs"].get(REFERENCE, 1))
     rng = np.random.default_rng(config.seed + batch)
     inputs = random_inputs(shapes[:len(shapes) - n_out], rng)
     out_specs = shapes[len(shapes) - n_out:]
     result = BatchMeasurement()
+    session = None
 
     def record(name: str, secs=None, error=None) -> None:
+        device = session.name if session is not None else devices.label
         result.results[name] = Measurement(task, info["candidates"][name], batch, device,
                                            secs, error, workload=workload)
 
-    session = DeviceSession(Path(project), config.reply_timeout)
+    def lost(exc: BaseException, position: int) -> None:
+        where = session.name if session is not None else devices.label
+        result.device_lost = (f"device {where} did not come back: {last_line(exc)}; "
+                              "its candidates go to another session")
+        if say:
+            say(result.device_lost)
+        result.unmeasured = names[position:]
+
     try:
-        session.open()
+        session = devices.open(Path(project))
+    except Exception as exc:  # no server, or one whose device failed as the session began
+        lost(exc, 0)
+        return result
+    try:
         try:
             reference = _call(session, REFERENCE, inputs, out_specs)
             result.reference_secs = _time(session, REFERENCE, inputs, out_specs, config)
         except Exception as exc:
-            for name in names:
-                record(name, error=f"the reference kernel failed: {last_line(exc)}")
+            if session.alive():
+                for name in names:
+                    record(name, error=f"the reference kernel failed: {last_line(exc)}")
+            else:
+                lost(exc, 0)
             return result
-        for position, name in enumerate(names):
+        position, retried = 0, False
+        while position < len(names):
+            name = names[position]
             session.held.clear()
             try:
                 got = _call(session, name, inputs, out_specs)
@@ -116,14 +137,22 @@ def measure_batch(task: str, project: Path, shapes: list[tuple[tuple[int, ...], 
                                 if p), None)
                 if problem:
                     record(name, error=problem)
-                    continue
-                record(name, secs=_time(session, name, inputs, out_specs, config))
+                else:
+                    record(name, secs=_time(session, name, inputs, out_specs, config))
+                position, retried = position + 1, False
                 continue
             except Exception as exc:
-                record(name, error=f"the call failed: {last_line(exc)}")
-                if not any(s in str(exc) for s in DEVICE_GONE) and session.alive():
+                gone = any(s in str(exc) for s in DEVICE_GONE) or not session.alive()
+                if not gone:
+                    record(name, error=f"the call failed: {last_line(exc)}")
+                    position, retried = position + 1, False
                     continue
-            # the candidate crashed, hung or reset the device: a fresh session
+                if retried:  # it broke a fresh device too: the candidate's doing
+                    record(name, error=f"the call failed: {last_line(exc)}")
+                    position, retried = position + 1, False
+                else:
+                    retried = True
+            # the device crashed, hung or was reset: a fresh session
             stop = time.monotonic()
             session.close()
             result.stop_seconds += time.monotonic() - stop
@@ -131,24 +160,18 @@ def measure_batch(task: str, project: Path, shapes: list[tuple[tuple[int, ...], 
                 if result.restarts >= MAX_RESTARTS:
                     raise MtgError(f"{MAX_RESTARTS} restarts in this batch")
                 result.restarts += 1
-                session.open()
+                session = devices.open(Path(project))
             except Exception as exc:
-                result.device_lost = f"device {device} did not come back: {last_line(exc)}"
-                if say:
-                    say(result.device_lost)
-                for rest in names[position + 1:]:
-                    record(rest, error=result.device_lost)
+                session = None
+                lost(exc, position)
                 break
-    except MtgError as exc:
-        for name in names:
-            if name not in result.results:
-                record(name, error=f"no device session: {exc.one_line()}")
     finally:
-        session.close()
+        if session is not None:
+            session.close()
     return result
 
 
-def _tensors(session: DeviceSession, inputs: list[np.ndarray], out_specs):
+def _tensors(session, inputs: list[np.ndarray], out_specs):
     import tvm
 
     dev = session.remote.cpu(0)
@@ -161,13 +184,13 @@ def _tensors(session: DeviceSession, inputs: list[np.ndarray], out_specs):
     return args
 
 
-def _call(session: DeviceSession, name: str, inputs, out_specs) -> list[np.ndarray]:
+def _call(session, name: str, inputs, out_specs) -> list[np.ndarray]:
     args = _tensors(session, inputs, out_specs)
     session.remote.system_lib()[name](*args)
     return [a.numpy() for a in args[len(inputs):]]
 
 
-def _time(session: DeviceSession, name: str, inputs, out_specs,
+def _time(session, name: str, inputs, out_specs,
           config: EvaluatorConfig) -> list[float]:
     args = _tensors(session, inputs, out_specs)
     lib = session.remote.system_lib()

@@ -87,30 +87,35 @@ def tune_model(model: Path, board: str, trials: int, out_dir: Path, *, batch_siz
                config: EvaluatorConfig | None = None,
                shapes: dict[str, tuple[int, ...]] | None = None,
                progress: Callable[[str], None] | None = None,
-               seed: int = 0) -> TuneSummary:
+               seed: int = 0, devices=None, parallel: int = 1) -> TuneSummary:
     """Tune every task of `model` on `board`; results in `out_dir`."""
     from generator.boards import load_board
 
     load_board(board)
     tasks = extract_tasks(Path(model), shapes)
     return tune_tasks(tasks, board, trials, out_dir, batch_size=batch_size, config=config,
-                      progress=progress, seed=seed, model=str(model))
+                      progress=progress, seed=seed, model=str(model), devices=devices,
+                      parallel=parallel)
 
 
 def tune_tasks(tasks: list[Task], board: str, trials: int, out_dir: Path, *,
                batch_size: int = 8, config: EvaluatorConfig | None = None,
                progress: Callable[[str], None] | None = None, seed: int = 0,
-               model: str = "") -> TuneSummary:
+               model: str = "", devices=None, parallel: int = 1) -> TuneSummary:
+    """Tune `tasks` on `board`; measurement on `devices` (session.LocalDevices: private
+    serves on this machine, the default; session.TrackerDevices: servers from a tracker),
+    `parallel` batches at a time."""
     from generator.boards import load_board
 
-    if trials < 1 or batch_size < 1:
-        raise InputError("--trials and --batch must be at least 1")
+    if trials < 1 or batch_size < 1 or parallel < 1:
+        raise InputError("--trials, --batch and --parallel must be at least 1")
     load_board(board)  # an unknown board is refused before anything runs
     start = time.monotonic()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     log = TuneLog.open(out_dir)
-    measurer = Measurer(board, out_dir, log, config or EvaluatorConfig(seed=seed), say=progress)
+    measurer = Measurer(board, out_dir, log, config or EvaluatorConfig(seed=seed),
+                        devices=devices, parallel=parallel, say=progress)
     summary = TuneSummary(model, board, out_dir, trials, counters=measurer.counters)
     for index, (task, share) in enumerate(zip(tasks, budgets(tasks, trials), strict=True)):
 
@@ -158,16 +163,24 @@ def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int, seed
     args_info = ArgInfo.from_prim_func(task.func)
     answered = 0  # candidates with a result in this run (measured, failed or from the log)
     while answered < share:
-        schedules = proposer.propose(min(batch_size, share - answered))
-        if not schedules:
+        # a round: one batch per device session measured at the same time
+        rounds = []
+        while len(rounds) < max(1, measurer.parallel) and answered < share:
+            schedules = proposer.propose(min(batch_size, share - answered))
+            if not schedules:
+                break
+            answered += len(schedules)
+            rounds.append(schedules)
+        if not rounds:
             if measurer.say:
                 measurer.say(f"{task.name}: no new candidates in the search space; "
                              f"{answered} of {share} trials")
             return
-        answered += len(schedules)
-        built = builder.build([BuilderInput(s.mod, ctx.target) for s in schedules])
-        pending = [(s, b.artifact_path) for s, b in zip(schedules, built, strict=True)
-                   if b.error_msg is None]
+        pending = []
+        for schedules in rounds:
+            built = builder.build([BuilderInput(s.mod, ctx.target) for s in schedules])
+            pending += [(s, b.artifact_path) for s, b in zip(schedules, built, strict=True)
+                        if b.error_msg is None]
         futures = runner.run([RunnerInput(a, "cpu", args_info) for _, a in pending])
         for (sch, artifact), future in zip(pending, futures, strict=True):
             result = future.result()
