@@ -143,21 +143,57 @@ def _samples(t, count: int = 8) -> list[dict]:
             for _ in range(count)]
 
 
+def conv_model(path: Path) -> Path:
+    """An int8 CONV_2D, 3x3 SAME, 8 → 8 channels on 7x6 (input zero point 4, per channel)."""
+    from tests.tflite_models import QTensor, conv2d_model, random_weights_and_bias
+
+    rng = np.random.default_rng(2)
+    inp = QTensor((1, 7, 6, 8), 0.05, 4)
+    weights, bias = random_weights_and_bias(rng, (8, 3, 3, 8), inp.scales[0])
+    path.write_bytes(conv2d_model(inp, weights, bias, QTensor((1, 7, 6, 8), 0.1, -3),
+                                  padding="SAME", activation="RELU"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tuned_conv(tmp_path_factory) -> tuple[Path, Path]:
+    """The conv tuned for real on the host, in its "blocks" form (each candidate checked
+    bit-exact against the kernel export compiles); then, so that export surely takes one,
+    the records forget the untuned kernel's time (on the host, wall-clock times decide
+    otherwise from run to run)."""
+    require_board_tools("host")
+    root = tmp_path_factory.mktemp("tune-conv")
+    model = conv_model(root / "conv.tflite")
+    (task,) = extract_tasks(model)
+    assert task.reference is not None  # searched in the blocks form, checked against export's
+    tune_tasks([task], "host", 4, root / "tuning", batch_size=4)
+    path = root / "tuning" / "records.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert lines, (root / "tuning" / "log.jsonl").read_text()
+    path.write_text("".join(json.dumps({**d, "reference_secs": None}) + "\n" for d in lines))
+    return model, root / "tuning"
+
+
 @pytest.mark.parametrize("board", ["host", "qemu-mps2-an385"])
-def test_tuned_archives_compute_what_untuned_ones_do(tuned_int8, tuned_float, board, tmp_path):
+def test_tuned_archives_compute_what_untuned_ones_do(tuned_int8, tuned_float, tuned_conv, board,
+                                                    tmp_path):
     """int8 bit-exact, float within 1e-5, on 8 random inputs."""
     require_board_tools(board)
     for name, export, records in (
             ("int8", lambda dest, tuning: export_model(INT8, dest, tuning=tuning),
              tuned_int8[0]),
             ("float", lambda dest, tuning: export_relax(mlp(), dest, tuning=tuning),
-             tuned_float)):
+             tuned_float),
+            ("conv", lambda dest, tuning: export_model(tuned_conv[0], dest, tuning=tuning),
+             tuned_conv[1])):
         outputs = []
         for kind, tuning in (("untuned", None), ("tuned", TuningRecords.load(records))):
             result = export(tmp_path / f"{name}-{kind}.tar", tuning)
             if tuning is not None:
                 assert result.tuned or all("not faster" in n for n in result.notes), \
                     result.notes
+                if name == "conv":  # the blocks form's record, applied to export's kernel
+                    assert [k.kernel for k in result.tuned] == ["q_conv2d"], result.notes
             project = tmp_path / f"proj-{name}-{kind}"
             generate(result.path, board, project)
             outputs.append(run_project(project, _samples(result.inputs[0])).outputs)

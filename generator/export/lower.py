@@ -116,8 +116,9 @@ def lower(mod, module_name: str = "default", accelerators: list[Selected] | None
     kernels = {name: fused[name] for name in used}
     tuned, tuned_kernels, tuning_notes = {}, [], []
     if tuning is not None:
+        cpu = {name: f for name, f in kernels.items() if name not in accel_kernels}
         tuned, tuned_kernels, tuning_notes = tuning.apply(
-            {name: f for name, f in kernels.items() if name not in accel_kernels})
+            cpu, tunable_forms(mod, cpu, accelerators))
         kernels.update(tuned)
     c_source, _ = compile_plain_kernels(kernels, prefix, keep_schedule=set(tuned))
     prototypes = {name[len(prefix):]: params
@@ -152,6 +153,33 @@ def fuse(mod, accelerators: list[Selected] | None = None) \
         raise ExportError(f"TVM could not legalize and fuse the model: {last_line(exc)}") \
             from exc
     return fused, quant, offload_report
+
+
+def tunable_forms(mod, kernels: dict, accelerators: list[Selected] | None = None) -> dict:
+    """Kernels of `kernels` (name → PrimFunc, as `fuse(mod)` gives them) that `tune`
+    searches in another form: int8 conv2d built as one reduction block (qkernels'
+    "blocks" form), name → that PrimFunc. Same parameters, same results; only its schedule
+    can differ."""
+    from generator.export import qkernels
+
+    with qkernels.conv_form("blocks"):
+        blocks, _, _ = fuse(mod, accelerators)
+    names = {gv.name_hint for gv in blocks.functions}
+    out = {}
+    for name, func in kernels.items():
+        if name not in names:
+            continue
+        other = blocks[name]
+        if len(other.params) != len(func.params) or _same(other, func):
+            continue
+        out[name] = other
+    return out
+
+
+def _same(a, b) -> bool:
+    from tvm_ffi import structural_equal
+
+    return bool(structural_equal(a, b))
 
 
 _PROTOTYPE_RE = re.compile(r"TVM_DLL void (\w+)\(([^)]*)\);")
@@ -239,6 +267,25 @@ class _MainReader:
             return self.new(shape, dtype, self.tensors[src].kind, base=src)
         raise ExportError(f"main: operator '{name or op}' was not lowered to TIR "
                           "(TVM 0.27 has no legalization for it)")
+
+
+def kernel_constants(fused) -> dict[str, dict[int, np.ndarray]]:
+    """Each kernel's constant arguments at its first call in `fused` main (as `fuse` gives
+    it): kernel → {argument position: values}. What a kernel is measured with in tuning
+    (random weights are fine, random requantization shifts are not)."""
+    program = _read_main(fused)
+    out: dict[str, dict[int, np.ndarray]] = {}
+    for call in program.calls:
+        if call.kernel in out:
+            continue
+        found = {}
+        for position, tid in enumerate(call.args):
+            tensor = program.tensors[tid]
+            root = program.tensors[program.root(tid)]
+            if root.kind == "constant" and root.data is not None:
+                found[position] = np.asarray(root.data).reshape(tensor.shape)
+        out[call.kernel] = found
+    return out
 
 
 def _read_main(mod) -> Program:

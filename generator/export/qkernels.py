@@ -10,6 +10,9 @@ activation's range.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +26,24 @@ from generator.export.fixedpoint import (
     one_over_one_plus_x,
     single_rounding_multiply,
 )
+
+# How conv2d kernels are written: "auto" (what export compiles: TIR statements with window
+# loops clipped to the input, fastest untuned) or "blocks" (one tensor-expression reduction
+# block, padding as a bounds check: what MetaSchedule can tile; `tune` searches this form).
+CONV_FORMS = ("auto", "blocks")
+_conv_form: contextvars.ContextVar[str] = contextvars.ContextVar("conv_form", default="auto")
+
+
+@contextlib.contextmanager
+def conv_form(form: str) -> Iterator[None]:
+    """Build conv2d kernels in `form` (one of CONV_FORMS) inside the block."""
+    if form not in CONV_FORMS:
+        raise ValueError(f"conv form {form!r}")
+    token = _conv_form.set(form)
+    try:
+        yield
+    finally:
+        _conv_form.reset(token)
 
 
 @dataclass(frozen=True)
@@ -100,7 +121,7 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
     are [KH, KW, Cout] (Cout = Cin · multiplier). The products are x · (w − weight_zero)
     (`weight_zero` is nonzero for uint8 models mapped to int8). `bias` already holds
     bias − input_zero · Σ(w − weight_zero), so padding reads the input zero point."""
-    if any(pads) or not depthwise:
+    if (any(pads) or not depthwise) and _conv_form.get() == "auto":
         return _conv2d_clipped(x_shape, weights, bias, out_shape, strides, pads, dilation,
                                input_zero, requant, depthwise, weight_zero)
     n_, h_, w_, cin = x_shape
@@ -113,12 +134,20 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
     top, left = pads[0], pads[1]
     padded = any(pads)
 
+    if padded:
+        # As the clipped form: the file's own bias and Σ (x − zp)·w, padding adding 0; so
+        # both forms take the same constants and either can run at the same call.
+        effective = weights.astype(np.int64) - weight_zero
+        sums = (effective.sum(axis=(0, 1)) if depthwise
+                else effective.reshape(cout, -1).sum(axis=1))
+        bias = bias.astype(np.int64) + int(input_zero) * sums
+
     def x_at(n, h, wi, c):
         value = x[n, h, wi, c].astype("int32")
         if not padded:
             return value
         inside = tirx.all(h >= 0, h < h_, wi >= 0, wi < w_)
-        return tirx.if_then_else(inside, value, tirx.const(input_zero, "int32"))
+        return tirx.if_then_else(inside, value - input_zero, tirx.const(0, "int32"))
 
     def w_at(*idx):
         value = w[idx].astype("int32")

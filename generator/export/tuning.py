@@ -84,19 +84,28 @@ class TuningRecords:
             listed.sort(key=lambda r: r.secs)
         return records
 
-    def apply(self, funcs: dict) -> tuple[dict, list[TunedKernel], list[str]]:
+    def apply(self, funcs: dict, alternatives: dict | None = None) \
+            -> tuple[dict, list[TunedKernel], list[str]]:
         """The kernels of `funcs` (name → PrimFunc) that have a record, scheduled by it;
-        what was applied; notes on records left out."""
+        what was applied; notes on records left out. A kernel with an entry in
+        `alternatives` (the form `tune` searched it in) takes records of either form."""
         scheduled, applied, notes = {}, [], []
+        alternatives = alternatives or {}
         for name, func in funcs.items():
-            main = func.with_attr("global_symbol", "main")
-            workload = _hash(_module(main))
-            for record in self.by_workload.get(workload, []):
+            forms = [func.with_attr("global_symbol", "main")]
+            if name in alternatives:
+                forms.append(alternatives[name].with_attr("global_symbol", "main"))
+            found = sorted(((record, form, workload)
+                            for form in forms
+                            for workload in [_hash(_module(form))]
+                            for record in self.by_workload.get(workload, [])),
+                           key=lambda item: item[0].secs)
+            for record, form, workload in found:
                 if record.reference_secs is not None and record.secs >= record.reference_secs:
                     notes.append(f"{name}: the fastest candidate tuned was not faster than "
                                  "the untuned kernel; left untuned")
                     break  # the fastest record was not faster: none is
-                problem, result = _replay(main, record)
+                problem, result = _replay(form, record)
                 if problem is None:
                     scheduled[name] = result
                     applied.append(TunedKernel(name, record.task, workload, record.candidate,

@@ -61,7 +61,7 @@ def build_batch(task: Task, mods: list, board: str, work_dir: Path, log: TuneLog
     if not funcs:
         shutil.rmtree(batch_dir)
         return result
-    funcs[REFERENCE] = _reference(task.func)
+    funcs[REFERENCE] = _reference(task.func if task.reference is None else task.reference)
     try:
         try:
             exported = export_operators(funcs, batch_dir / "ops.tar", module=MODULE,
@@ -81,14 +81,23 @@ def build_batch(task: Task, mods: list, board: str, work_dir: Path, log: TuneLog
             if name != REFERENCE:
                 result.errors[index_of[name]] = f"build failed: {exc.one_line()}"
         return result
+    for op in exported.operators:
+        if op.workspace_calls and op.name != REFERENCE:
+            # export --tuning-records could not use it: full-model archives have no workspace
+            result.errors[index_of[op.name]] = ("needs a runtime workspace "
+                                                "(TVMBackendAllocWorkspace), which full-model "
+                                                "archives do not have")
+            del result.names[op.name]
+    if not result.names:
+        shutil.rmtree(batch_dir)
+        return result
     outputs = {op.name: op.outputs or 1 for op in exported.operators}
     (batch_dir / BATCH_FILE).write_text(json.dumps(
         {"task": task.name, "batch": number, "candidates": result.names,
          "outputs": outputs}, indent=1, sort_keys=True))
     result.project = project
-    for name in funcs:
-        if name != REFERENCE:
-            result.artifacts[index_of[name]] = f"{project}#{name}"
+    for name in result.names:
+        result.artifacts[index_of[name]] = f"{project}#{name}"
     return result
 
 
@@ -105,6 +114,7 @@ def _compilable(funcs: dict, result: BuiltBatch, index_of: dict[str, int]) -> di
             if name == REFERENCE:
                 raise
             result.errors[index_of[name]] = str(exc)
+            result.names.pop(name, None)
     return kept
 
 

@@ -131,7 +131,7 @@ class Measurer:
         def one(project: str, only: list[str] | None):
             batch = int(Path(project).parent.name)
             return measure_batch(task.name, Path(project), shapes, self.config, batch,
-                                 devices, self.say, workload, only)
+                                 devices, self.say, workload, only, task.constants)
 
         queue: list[tuple[str, list[str] | None, int]] = [(p, None, 0) for p in projects]
         pool = ThreadPoolExecutor(max_workers=self.parallel) if self.parallel > 1 else None

@@ -85,14 +85,20 @@ def outputs_match(got: np.ndarray, want: np.ndarray) -> str | None:
 def measure_batch(task: str, project: Path, shapes: list[tuple[tuple[int, ...], str]],
                   config: EvaluatorConfig, batch: int, devices,
                   say: Callable[[str], None] | None = None, workload: str = "",
-                  only: list[str] | None = None) -> BatchMeasurement:
+                  only: list[str] | None = None,
+                  constants: dict | None = None) -> BatchMeasurement:
     """Check and time the candidates of a built batch project (or those named `only`) on a
-    fresh session from `devices` (session.LocalDevices or session.TrackerDevices)."""
+    fresh session from `devices` (session.LocalDevices or session.TrackerDevices). Inputs
+    at positions in `constants` get those values (the model's weights, biases and
+    requantization parameters), the others random ones."""
     info = batch_info(project)
     names = sorted(only or info["candidates"], key=lambda n: int(n[len("cand"):]))
     n_out = int(info["outputs"].get(REFERENCE, 1))
     rng = np.random.default_rng(config.seed + batch)
     inputs = random_inputs(shapes[:len(shapes) - n_out], rng)
+    for position, values in (constants or {}).items():
+        if position < len(inputs) and values.shape == inputs[position].shape:
+            inputs[position] = np.ascontiguousarray(values, dtype=inputs[position].dtype)
     out_specs = shapes[len(shapes) - n_out:]
     result = BatchMeasurement()
     session = None

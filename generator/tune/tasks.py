@@ -7,7 +7,7 @@ identical kernels (structurally equal) are one task whose weight is its number o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from generator.errors import ExportError
@@ -19,6 +19,12 @@ class Task:
     func: object  # tvm.tirx.PrimFunc: the untuned kernel, global_symbol "main"
     weight: int  # calls per inference
     kernels: list[str]  # every kernel name that is this task
+    # What the candidates are checked and timed against: the kernel `export` compiles where
+    # it differs from `func` (a conv2d searched in its "blocks" form), else None: `func`
+    reference: object = None
+    # Constant arguments (position → values) at the kernel's first call in the model: what
+    # it is measured with (random inputs only for the others)
+    constants: dict = field(default_factory=dict)
 
     @property
     def workload(self) -> str:
@@ -46,10 +52,11 @@ def extract_tasks(model_path: Path, shapes: dict[str, tuple[int, ...]] | None = 
 
 def module_tasks(mod) -> list[Task]:
     """The tasks of a Relax IRModule (weights bound as constants), as `export_relax` lowers
-    it."""
+    it. An int8 conv2d is searched in its "blocks" form (qkernels.CONV_FORMS) and checked
+    and timed against the kernel export compiles."""
     from tvm import relax
 
-    from generator.export.lower import fuse
+    from generator.export.lower import fuse, kernel_constants, tunable_forms
 
     fused, _, _ = fuse(mod)
     calls: list[str] = []
@@ -59,16 +66,27 @@ def module_tasks(mod) -> list[Task]:
             calls.append(expr.args[0].name_hint)
 
     relax.analysis.post_order_visit(fused["main"].body, visit)
-    return tasks_from_calls({name: fused[name] for name in calls}, calls)
+    funcs = {name: fused[name] for name in calls}
+    tasks = tasks_from_calls(funcs, calls, tunable_forms(mod, funcs))
+    constants = kernel_constants(fused)
+    for task in tasks:
+        task.constants = constants.get(task.kernels[0], {})
+    return tasks
 
 
-def tasks_from_calls(funcs: dict, calls: list[str]) -> list[Task]:
-    """Group kernels `funcs` (name → PrimFunc) called in order `calls` into tasks."""
+def tasks_from_calls(funcs: dict, calls: list[str], alternatives: dict | None = None) \
+        -> list[Task]:
+    """Group kernels `funcs` (name → PrimFunc) called in order `calls` into tasks; a kernel
+    with an entry in `alternatives` is searched in that form, against its own."""
     from tvm_ffi import structural_equal
 
+    alternatives = alternatives or {}
     tasks: list[Task] = []
     for name in calls:
-        func = funcs[name].with_attr("global_symbol", "main")
+        own = funcs[name].with_attr("global_symbol", "main")
+        func = own
+        if name in alternatives:
+            func = alternatives[name].with_attr("global_symbol", "main")
         for task in tasks:
             if structural_equal(task.func, func):
                 task.weight += 1
@@ -76,7 +94,7 @@ def tasks_from_calls(funcs: dict, calls: list[str]) -> list[Task]:
                     task.kernels.append(name)
                 break
         else:
-            tasks.append(Task(name, func, 1, [name]))
+            tasks.append(Task(name, func, 1, [name], own if func is not own else None))
     if not tasks:
         raise ExportError("the model's main function calls no TIR kernels; nothing to tune")
     return tasks

@@ -117,7 +117,11 @@ def tune_tasks(tasks: list[Task], board: str, trials: int, out_dir: Path, *,
     measurer = Measurer(board, out_dir, log, config or EvaluatorConfig(seed=seed),
                         devices=devices, parallel=parallel, say=progress)
     summary = TuneSummary(model, board, out_dir, trials, counters=measurer.counters)
-    for index, (task, share) in enumerate(zip(tasks, budgets(tasks, trials), strict=True)):
+    shares = budgets(tasks, trials)
+    carry = 0  # trials earlier tasks could not use (their space ran out): the later ones get them
+    for index, task in enumerate(tasks):
+        extra = round(carry * task.weight / sum(t.weight for t in tasks[index:]))
+        share, carry = shares[index] + extra, carry - extra
 
         def report(task=task, share=share, index=index) -> None:
             if progress:
@@ -129,9 +133,11 @@ def tune_tasks(tasks: list[Task], board: str, trials: int, out_dir: Path, *,
 
         measurer.task = task
         if log.measured(task.workload) < share:
-            _tune_task(task, share, measurer, batch_size, seed, report)
+            used = _tune_task(task, share, measurer, batch_size, seed, report)
         else:
+            used = share
             report()
+        carry += share - used
         summary.tasks.append(TaskSummary(task.name, task.weight, share,
                                          log.measured(task.workload), log.best(task.workload),
                                          measurer.reference_secs.get(task.name)))
@@ -145,7 +151,8 @@ def task_rng(seed: int, task: Task) -> np.random.Generator:
 
 
 def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int, seed: int,
-               report: Callable[[], None]) -> None:
+               report: Callable[[], None]) -> int:
+    """Tune one task with up to `share` candidates; returns how many it had."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
@@ -158,7 +165,7 @@ def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int, seed
         if measurer.say:
             measurer.say(f"{task.name}: MetaSchedule cannot make its search space, not tuned: "
                          f"{last_line(exc)}")
-        return
+        return 0
     builder, runner = BatchBuilder(measurer), DeviceRunner(measurer)
     args_info = ArgInfo.from_prim_func(task.func)
     answered = 0  # candidates with a result in this run (measured, failed or from the log)
@@ -175,7 +182,7 @@ def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int, seed
             if measurer.say:
                 measurer.say(f"{task.name}: no new candidates in the search space; "
                              f"{answered} of {share} trials")
-            return
+            return answered
         pending = []
         for schedules in rounds:
             built = builder.build([BuilderInput(s.mod, ctx.target) for s in schedules])
@@ -193,6 +200,7 @@ def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int, seed
                         measurer.reference_secs.get(task.name)))
                 proposer.add_parent(trace, min(secs))
         report()
+    return answered
 
 
 def propose_candidates(task: Task, count: int, seed: int = 0) -> list:
