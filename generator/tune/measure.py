@@ -19,6 +19,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
 
 from generator.tune.builder import CACHED, batch_info, build_batch
+from generator.tune.interrupt import check as check_interrupt
 from generator.tune.log import Measurement, TuneLog
 from generator.tune.runner import EvaluatorConfig, measure_batch
 from generator.tune.tasks import Task
@@ -95,6 +96,7 @@ class Measurer:
         if projects:
             start = time.monotonic()
             measured = self._measure_all(list(projects), shapes, workload)
+            check_interrupt()  # nothing of an interrupted round goes to the log
             self.counters.measure_seconds += time.monotonic() - start
             for project, indices in projects.items():
                 for i in indices:

@@ -21,6 +21,7 @@ import numpy as np
 from generator.errors import MtgError
 from generator.export.lower import last_line
 from generator.tune.builder import REFERENCE, batch_info
+from generator.tune.interrupt import check as check_interrupt
 from generator.tune.log import Measurement
 
 FLOAT_TOLERANCE = 1e-5
@@ -104,6 +105,7 @@ def measure_batch(task: str, project: Path, shapes: list[tuple[tuple[int, ...], 
     session = None
 
     def record(name: str, secs=None, error=None) -> None:
+        check_interrupt()  # an error that was really Ctrl-C is not the candidate's
         device = session.name if session is not None else devices.label
         result.results[name] = Measurement(task, info["candidates"][name], batch, device,
                                            secs, error, workload=workload)

@@ -28,6 +28,8 @@ import numpy as np
 from generator.errors import InputError
 from generator.export.lower import last_line
 from generator.tune.builder import CACHED
+from generator.tune.interrupt import catching_interrupts
+from generator.tune.interrupt import check as check_interrupt
 from generator.tune.log import LOG_NAME, TuneLog, candidate_hash
 from generator.tune.measure import BatchBuilder, Counters, DeviceRunner, Measurer
 from generator.tune.records import RECORDS_NAME, Record, append_record, plain
@@ -113,6 +115,13 @@ def tune_tasks(tasks: list[Task], board: str, trials: int, out_dir: Path, *,
     start = time.monotonic()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    with catching_interrupts():
+        return _tune_all(tasks, board, trials, out_dir, batch_size, config, progress, seed,
+                         model, devices, parallel, start)
+
+
+def _tune_all(tasks, board, trials, out_dir, batch_size, config, progress, seed, model,
+              devices, parallel, start) -> TuneSummary:
     log = TuneLog.open(out_dir)
     measurer = Measurer(board, out_dir, log, config or EvaluatorConfig(seed=seed),
                         devices=devices, parallel=parallel, say=progress)
@@ -132,6 +141,7 @@ def tune_tasks(tasks: list[Task], board: str, trials: int, out_dir: Path, *,
                                                          else ""))
 
         measurer.task = task
+        check_interrupt()
         if log.measured(task.workload) < share:
             used = _tune_task(task, share, measurer, batch_size, seed, report)
         else:
@@ -170,6 +180,7 @@ def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int, seed
     args_info = ArgInfo.from_prim_func(task.func)
     answered = 0  # candidates with a result in this run (measured, failed or from the log)
     while answered < share:
+        check_interrupt()
         # a round: one batch per device session measured at the same time
         rounds = []
         while len(rounds) < max(1, measurer.parallel) and answered < share:
@@ -186,9 +197,11 @@ def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int, seed
         pending = []
         for schedules in rounds:
             built = builder.build([BuilderInput(s.mod, ctx.target) for s in schedules])
+            check_interrupt()
             pending += [(s, b.artifact_path) for s, b in zip(schedules, built, strict=True)
                         if b.error_msg is None]
         futures = runner.run([RunnerInput(a, "cpu", args_info) for _, a in pending])
+        check_interrupt()
         for (sch, artifact), future in zip(pending, futures, strict=True):
             result = future.result()
             if result.run_secs:
@@ -270,6 +283,7 @@ class _Proposer:
                 return None
             return sch
         except Exception:  # a sample TVM refuses: draw another
+            check_interrupt()
             return None
 
 
