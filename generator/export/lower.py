@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from generator.accel.dispatch import OffloadReport, Selected, offload
+from generator.accel.dispatch import OffloadReport, Selected, merge_identical_kernels, offload
 from generator.accel.tir import ACCELERATOR_ATTR
 from generator.errors import ExportError
 from generator.export.quantize import QuantReport, integer_rewrite
@@ -100,9 +100,10 @@ def lower(mod, module_name: str = "default", accelerators: list[Selected] | None
     operators the `accelerators` take (in order) become calls to their drivers; kernels
     `tuning` (a `tuning.TuningRecords`) has a record for are scheduled as it says."""
 
-    if "main" not in [gv.name_hint for gv in mod.functions]:
+    main_mod = mod.module()[0] if hasattr(mod, "module") else mod
+    if "main" not in [gv.name_hint for gv in main_mod.functions]:
         raise ExportError("the Relax module has no 'main' function")
-    relax_text = mod["main"].script(show_meta=False)
+    relax_text = main_mod["main"].script(show_meta=False)
 
     fused, quant, offload_report = fuse(mod, accelerators)
     program = _read_main(fused)
@@ -133,7 +134,9 @@ def lower(mod, module_name: str = "default", accelerators: list[Selected] | None
 def fuse(mod, accelerators: list[Selected] | None = None) \
         -> tuple[object, QuantReport, OffloadReport]:
     """The integer rewrite, the accelerators' offloading, then TVM's legalize-and-fuse:
-    the module whose main calls the kernels (what `lower` compiles and `tune` searches)."""
+    the module whose main calls the kernels (what `lower` compiles and `tune` searches).
+    `mod` is a Relax IRModule (TVM's frontends: the integer rewrite finds the quantized
+    patterns) or a model our importer read (`tflite.ImportedModel`: integer already)."""
     import tvm
     from tvm import relax
 
@@ -142,10 +145,15 @@ def fuse(mod, accelerators: list[Selected] | None = None) \
     offload_report = OffloadReport()
     try:
         with tvm.transform.PassContext(opt_level=3), quiet_native_stderr():
-            mod, quant = integer_rewrite(mod, tag_ops=bool(accelerators))
+            if hasattr(mod, "module"):
+                mod, quant = mod.module()
+            else:
+                mod, quant = integer_rewrite(mod, tag_ops=bool(accelerators))
             if accelerators:
                 mod = relax.transform.FoldConstant()(mod)
                 mod, offload_report = offload(mod, quant.ops, accelerators)
+            else:
+                mod = merge_identical_kernels(mod)
             fused = relax_pipeline()(mod)
     except ExportError:
         raise

@@ -574,3 +574,60 @@ def _softmax_body(ar: TirArith, shape, input_multiplier: int, input_left_shift: 
         loop(c, depth, out_step),
     ])
     return t.SeqStmt([t.AllocBuffer(acc), loop(r, rows, row)])
+
+
+def lookup(shape: tuple[int, ...], table: np.ndarray) -> Kernel:
+    """An elementwise function of an int8 input as a 256-entry table (int8 or float32),
+    indexed by x + 128: the table holds the reference kernel's exact result for every
+    input value, computed at export (`tflite/lut.py`)."""
+    if table.shape != (256,):
+        raise ValueError(f"table of shape {table.shape}")
+    dtype = str(table.dtype)
+    x = te.placeholder(shape, "int8", "x")
+    t = te.placeholder((256,), dtype, "table")
+    out = te.compute(shape, lambda *i: t[x[i].astype("int32") + 128], name="out")
+    return Kernel(_func([x, t, out]), [table])
+
+
+def binary(a_shape: tuple[int, ...], b_shape: tuple[int, ...], out_shape: tuple[int, ...],
+           element, name: str) -> Kernel:
+    """An elementwise int8 kernel of two inputs with numpy broadcasting: `element(ar, a, b)`
+    gets both int32 values and returns the int8 result."""
+
+    def index(shape, idx):
+        lead = len(idx) - len(shape)
+        return [tirx.const(0, "int32") if d == 1 else i
+                for d, i in zip(shape, idx[lead:], strict=True)]
+
+    def at(ar: TirArith, bufs, idx):
+        a, b = bufs
+        va = ar.shared(tirx.Cast("int32", tirx.BufferLoad(a, index(a_shape, idx))))
+        vb = ar.shared(tirx.Cast("int32", tirx.BufferLoad(b, index(b_shape, idx))))
+        return element(ar, va, vb)
+
+    return _pointwise([a_shape, b_shape], out_shape, at, name)
+
+
+def clamp_int8(value, lo: int, hi: int):
+    """An int32 TIR value clamped to [lo, hi] and cast to int8."""
+    return _clamp_int8(value, lo, hi)
+
+
+def quantize_float(shape: tuple[int, ...], scale: float, zero: int, lo: int, hi: int,
+                   offset: int = 0) -> Kernel:
+    """TFLite's AffineQuantize of float32 values: round(x / scale) (in double, half away
+    from zero) + zero, clamped to [lo, hi]; minus `offset` (128 for a uint8 result carried
+    as int8)."""
+    x = te.placeholder(shape, "float32", "x")
+
+    def element(*i):
+        v = x[i].astype("float64") / tirx.const(float(scale), "float64")
+        r = tirx.Select(v >= 0, tirx.floor(v + 0.5), tirx.ceil(v - 0.5))
+        r = tirx.max(tirx.min(r, tirx.const(2.0 ** 31 - 1, "float64")),
+                     tirx.const(-2.0 ** 31, "float64"))
+        q = r.astype("int32") + zero
+        return (tirx.max(tirx.min(q, tirx.const(hi, "int32")), tirx.const(lo, "int32"))
+                - offset).astype("int8")
+
+    out = te.compute(shape, element, name="out")
+    return Kernel(_func([x, out]), [])

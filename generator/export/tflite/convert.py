@@ -1,0 +1,233 @@
+"""TFLite operators → a Relax module whose integer operators are our kernels.
+
+Each builtin operator has a converter (registered with `@converter`), which reads the
+operator's tensors and options from `model.py`'s form and emits Relax: a `call_tir` to an
+integer kernel from `qkernels.py` where the model is quantized (TFLite's reference
+arithmetic, bit for bit), a Relax operator where the arithmetic is exact whatever the dtype
+(reshape, transpose, slices, max) or where the model is float. A converter that cannot
+take an operator raises `Unsupported` with the reason; the importer names the operator,
+its index and its dtypes.
+
+uint8 activations work on the int8 kernels: a uint8 tensor is carried as int8 (value −
+128, zero point − 128), shifted at the model's edges (as `quantize.py` does for TVM's
+frontend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from generator.accel.api import QuantizedOp
+from generator.export import qkernels
+from generator.export.fixedpoint import round_half_away
+from generator.export.quantize import QOP_ATTR, QuantReport
+from generator.export.tflite.model import TfModel, TfOp, TfTensor
+
+UINT8_OFFSET = 128
+INTEGER_DTYPES = ("int8", "uint8")
+
+
+class Unsupported(Exception):
+    """This operator (with these dtypes or options) has no conversion."""
+
+
+Converter = Callable[["Context", TfOp], None]
+CONVERTERS: dict[str, Converter] = {}
+
+
+def converter(*codes: str) -> Callable[[Converter], Converter]:
+    """Register a converter for the builtin operators `codes`."""
+    def register(fn: Converter) -> Converter:
+        for code in codes:
+            CONVERTERS[code] = fn
+        return fn
+    return register
+
+
+@dataclass(frozen=True)
+class QInfo:
+    """A quantized activation as the kernels see it: int8 domain scale and zero point."""
+
+    scale: float
+    zero: int  # in the int8 domain (a uint8 zero point − 128)
+    dtype: str  # the model's dtype: int8 or uint8
+
+
+def int8_offset(dtype: str) -> int:
+    if dtype == "int8":
+        return 0
+    if dtype == "uint8":
+        return UINT8_OFFSET
+    raise Unsupported(f"{dtype} activations")
+
+
+class Context:
+    """The Relax graph being built: the value of each TFLite tensor so far."""
+
+    def __init__(self, model: TfModel, builder) -> None:
+        self.model = model
+        self.bb = builder
+        self.values: dict[int, object] = {}
+        self.report = QuantReport()
+
+    # ---- tensors -------------------------------------------------------------------------
+
+    def tensor(self, index: int) -> TfTensor:
+        return self.model.tensors[index]
+
+    def arg(self, op: TfOp, i: int) -> TfTensor | None:
+        """Input `i` of `op`, None when absent (left out or -1)."""
+        if i >= len(op.inputs) or op.inputs[i] < 0:
+            return None
+        return self.model.tensors[op.inputs[i]]
+
+    def need(self, op: TfOp, i: int) -> TfTensor:
+        t = self.arg(op, i)
+        if t is None:
+            raise Unsupported(f"input {i} is missing")
+        return t
+
+    def out(self, op: TfOp, i: int = 0) -> TfTensor:
+        return self.model.tensors[op.outputs[i]]
+
+    def const(self, t: TfTensor, what: str) -> np.ndarray:
+        if t.data is None:
+            raise Unsupported(f"{what} is not a constant")
+        return t.data
+
+    def value(self, t: TfTensor):
+        """The Relax expression of a tensor: an activation, or a constant (uint8 carried as
+        int8)."""
+        from tvm import relax
+
+        if t.index in self.values:
+            return self.values[t.index]
+        if t.data is None:
+            raise Unsupported(f"tensor '{t.name[:40]}' is used before it is computed")
+        data = t.data
+        if t.dtype == "uint8" and t.quant is not None:
+            data = (data.astype(np.int16) - UINT8_OFFSET).astype(np.int8)
+        expr = relax.const(np.ascontiguousarray(data))
+        self.values[t.index] = expr
+        return expr
+
+    def set(self, t: TfTensor, expr) -> None:
+        self.values[t.index] = expr
+
+    def qinfo(self, t: TfTensor) -> QInfo:
+        """A per-tensor quantized int8/uint8 activation's parameters."""
+        if t.dtype not in INTEGER_DTYPES:
+            raise Unsupported(f"{t.dtype} tensor where int8 or uint8 was expected")
+        if t.quant is None:
+            raise Unsupported(f"{t.dtype} tensor without quantization")
+        if not t.quant.per_tensor:
+            raise Unsupported("per-channel activation quantization")
+        return QInfo(t.quant.s, t.quant.z - int8_offset(t.dtype), t.dtype)
+
+    def is_quantized(self, t: TfTensor) -> bool:
+        return t.quant is not None and t.dtype in ("int8", "uint8", "int16")
+
+    # ---- emitting ------------------------------------------------------------------------
+
+    def emit(self, expr, out: TfTensor | None = None):
+        var = self.bb.emit(expr)
+        if out is not None:
+            self.set(out, var)
+        return var
+
+    def kernel(self, kind: str, kernel: qkernels.Kernel, args: list, out: TfTensor,
+               out_shape: tuple[int, ...] | None = None, out_dtype: str = "int8",
+               op: QuantizedOp | None = None, set_out: bool = True):
+        """A call of an integer kernel: activations `args`, then its constants."""
+        from tvm import relax
+
+        func = kernel.func
+        if op is not None:
+            func = func.with_attr(QOP_ATTR, len(self.report.ops))
+        gv = self.bb.add_func(func, f"q_{kind}")
+        if op is not None:
+            self.report.ops[gv.name_hint] = op
+        consts = [relax.const(c) for c in kernel.constants]
+        shape = out.shape if out_shape is None else out_shape
+        call = relax.call_tir(gv, [*args, *consts], relax.TensorType(shape, out_dtype))
+        self.report.integer.append(kind)
+        for role, c in zip(kernel.constant_roles(), kernel.constants, strict=False):
+            self.report.constant_bytes[role] += c.nbytes
+        var = self.bb.emit(call)
+        if set_out:
+            self.set(out, var)
+        return var
+
+
+# ---- helpers shared by the converters ----------------------------------------------------
+
+ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH",
+               5: "SIGN_BIT", 6: "SIGMOID"}
+
+
+def activation_name(options) -> str:
+    if options is None or not hasattr(options, "FusedActivationFunction"):
+        return "NONE"
+    return ACTIVATIONS.get(int(options.FusedActivationFunction()), "unknown")
+
+
+def activation_range(act: str, scale: float, zero: int, lo: int = -128,
+                     hi: int = 127) -> tuple[int, int]:
+    """TFLite's CalculateActivationRangeQuantized: the fused activation's limits quantized
+    (zero + round(limit / scale), in float32), within the type's range."""
+    def q(limit: float) -> int:
+        return zero + round_half_away(np.float32(limit) / np.float32(scale))
+
+    if act == "NONE":
+        return lo, hi
+    if act == "RELU":
+        return max(lo, zero), hi
+    if act == "RELU6":
+        return max(lo, zero), min(hi, q(6.0))
+    if act == "RELU_N1_TO_1":
+        return max(lo, q(-1.0)), min(hi, q(1.0))
+    raise Unsupported(f"fused activation {act}")
+
+
+def float_activation(ctx: Context, expr, act: str):
+    """A fused activation applied to a float result."""
+    from tvm import relax
+
+    if act == "NONE":
+        return expr
+    if act == "RELU":
+        return ctx.emit(relax.op.nn.relu(expr))
+    if act == "RELU6":
+        return ctx.emit(relax.op.clip(expr, 0.0, 6.0))
+    if act == "RELU_N1_TO_1":
+        return ctx.emit(relax.op.clip(expr, -1.0, 1.0))
+    if act == "TANH":
+        return ctx.emit(relax.op.tanh(expr))
+    if act == "SIGMOID":
+        return ctx.emit(relax.op.sigmoid(expr))
+    raise Unsupported(f"fused activation {act}")
+
+
+def same_padding(size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
+    """TFLite's SAME padding (before, after) for one dimension."""
+    effective = (kernel - 1) * dilation + 1
+    out = (size + stride - 1) // stride
+    total = max((out - 1) * stride + effective - size, 0)
+    return total // 2, total - total // 2
+
+
+def padding(options, in_hw: tuple[int, int], k_hw: tuple[int, int],
+            strides: tuple[int, int], dilation: tuple[int, int]) -> tuple[int, int, int, int]:
+    """(top, left, bottom, right) for an options table with Padding()."""
+    if int(options.Padding()) == 1:  # VALID
+        return 0, 0, 0, 0
+    top, bottom = same_padding(in_hw[0], k_hw[0], strides[0], dilation[0])
+    left, right = same_padding(in_hw[1], k_hw[1], strides[1], dilation[1])
+    return top, left, bottom, right
+
+
+def all_float(*tensors: TfTensor | None) -> bool:
+    return all(t is None or (t.dtype == "float32" and t.quant is None) for t in tensors)

@@ -1,0 +1,86 @@
+"""Elementwise int8/uint8 operators as 256-entry tables.
+
+An operator of one 8-bit input has at most 256 results, so export evaluates TFLite's
+reference arithmetic once per possible input value (in Python, with C's integer semantics:
+`fixedpoint.PyArith`) and the kernel looks the result up (`qkernels.lookup`). The table is
+indexed by the int8-domain value + 128, which is the file's own value for uint8 inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from generator.export.fixedpoint import (
+    PyArith,
+    multiply_by_quantized_multiplier,
+    quantize_multiplier,
+    round_half_away,
+)
+
+_AR = PyArith()
+
+
+def file_values(dtype: str) -> np.ndarray:
+    """The input value (in the file's dtype) each table entry stands for."""
+    base = np.arange(256, dtype=np.int64) - 128
+    return base + (128 if dtype == "uint8" else 0)
+
+
+def type_range(dtype: str) -> tuple[int, int]:
+    return (0, 255) if dtype == "uint8" else (-128, 127)
+
+
+def store(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Results in the file's dtype → the int8 the kernels carry."""
+    return (values - (128 if dtype == "uint8" else 0)).astype(np.int8)
+
+
+def mbqm(x: int, multiplier: int, shift: int) -> int:
+    return multiply_by_quantized_multiplier(_AR, int(x), multiplier, shift)
+
+
+def requantize(in_dtype: str, in_scale: float, in_zero: int, out_dtype: str, out_scale: float,
+               out_zero: int) -> np.ndarray:
+    """TFLite's QUANTIZE between integer types: zero_out + x·(in/out scale), rounded as
+    MultiplyByQuantizedMultiplier, clamped to the output type."""
+    multiplier, shift = quantize_multiplier(float(np.float64(np.float32(in_scale))
+                                                  / np.float64(np.float32(out_scale))))
+    lo, hi = type_range(out_dtype)
+    out = [min(max(out_zero + mbqm(v - in_zero, multiplier, shift), lo), hi)
+           for v in file_values(in_dtype)]
+    return store(np.array(out, np.int64), out_dtype)
+
+
+def dequantize(in_dtype: str, scale: float, zero: int) -> np.ndarray:
+    """TFLite's DEQUANTIZE: float(scale · (x − zero)), the product in double."""
+    scale64 = np.float64(np.float32(scale))
+    return (scale64 * (file_values(in_dtype) - zero).astype(np.float64)).astype(np.float32)
+
+
+def relu_x(in_dtype: str, in_scale: float, in_zero: int, out_dtype: str, out_scale: float,
+           out_zero: int, act_min: float, act_max: float | None) -> np.ndarray:
+    """TFLite's quantized RELU / RELU6 / RELU_N1_TO_1: requantize, then clamp to the
+    activation's limits quantized with the output's parameters."""
+    multiplier, shift = quantize_multiplier(float(np.float32(in_scale) / np.float32(out_scale)))
+    lo, hi = type_range(out_dtype)
+    q_min = max(lo, out_zero + round_half_away(np.float32(act_min) / np.float32(out_scale)))
+    q_max = hi if act_max is None else \
+        min(hi, out_zero + round_half_away(np.float32(act_max) / np.float32(out_scale)))
+    out = [min(max(out_zero + mbqm(v - in_zero, multiplier, shift), q_min), q_max)
+           for v in file_values(in_dtype)]
+    return store(np.array(out, np.int64), out_dtype)
+
+
+def leaky_relu(in_dtype: str, in_scale: float, in_zero: int, out_dtype: str,
+               out_scale: float, out_zero: int, alpha: float) -> np.ndarray:
+    """TFLite's quantized LEAKY_RELU: identity and alpha multipliers (float32 ratios)."""
+    s_in, s_out, a = np.float32(in_scale), np.float32(out_scale), np.float32(alpha)
+    identity = quantize_multiplier(float(s_in / s_out))
+    slope = quantize_multiplier(float(s_in * a / s_out))
+    lo, hi = type_range(out_dtype)
+    out = []
+    for v in file_values(in_dtype):
+        x = int(v) - in_zero
+        m, s = identity if x >= 0 else slope
+        out.append(min(max(out_zero + mbqm(x, m, s), lo), hi))
+    return store(np.array(out, np.int64), out_dtype)
