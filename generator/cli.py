@@ -487,24 +487,26 @@ class Run(Command):
                             help="each .npy holds several samples along its first axis; "
                                  "run them all in one session")
         parser.add_argument("--output-dir", type=Path,
-                            help="write each output as NAME.npy into this directory")
+                            help="write each output as <its C name>.npy into this directory (the C "
+                                 "name is `info`'s, unique and safe as a file name)")
         parser.add_argument("--sanitize", action=argparse.BooleanOptionalAction, default=None,
                             help="host board: (re)build with AddressSanitizer and UBSan, or "
                                  "without (default: as the last build)")
 
     def do_run(self, args):
         from generator.project.generate import load_project
-        from generator.run import run_project
+        from generator.run import TensorSpec, find_input, run_project
 
         project = load_project(args.project)
-        dtypes = {t["name"]: t["dtype"] for t in project["module"]["inputs"]}
+        inputs = [TensorSpec.from_json(t) for t in project["module"]["inputs"]]
         arrays = {}
         for spec in args.input:
             name, path = parse_input_spec(spec)
-            if name not in dtypes:
-                raise InputError(f"--input {name}: the model has no input '{name}' "
-                                 f"(inputs: {', '.join(dtypes)})")
-            arrays[name] = load_input_file(path, dtypes[name])
+            # By the model's own name (as `info` shows it) or by its C name.
+            tensor = find_input(inputs, name, f"--input {name}")
+            if tensor.name in arrays:
+                raise InputError(f"--input {name}: input '{tensor.name}' is given twice")
+            arrays[tensor.name] = load_input_file(path, tensor.dtype)
         if args.batch:
             counts = {len(a) for a in arrays.values()}
             if len(counts) != 1:

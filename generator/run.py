@@ -24,14 +24,38 @@ REPLY_TIMEOUT = 120.0
 
 @dataclass
 class TensorSpec:
-    name: str
+    name: str  # as the model spells it
     dtype: str
     shape: tuple[int, ...]
     size_bytes: int
+    c_name: str = ""  # its C identifier (projects generated before c_name: TVM's rule)
+
+    def __post_init__(self) -> None:
+        if not self.c_name:
+            self.c_name = c_identifier(self.name)
 
     @classmethod
     def from_json(cls, d: dict) -> TensorSpec:
-        return cls(d["name"], d["dtype"], tuple(d["shape"]), d["size_bytes"])
+        return cls(d["name"], d["dtype"], tuple(d["shape"]), d["size_bytes"],
+                   d.get("c_name") or "")
+
+
+def find_input(inputs: list[TensorSpec], name: str, where: str) -> TensorSpec:
+    """The input a user names by the model's name or, failing that, by its C name."""
+    for spec in inputs:
+        if spec.name == name:
+            return spec
+    for spec in inputs:
+        if spec.c_name == name:
+            return spec
+    raise InputError(f"{where}: the model has no input '{name}' (inputs: "
+                     f"{describe_inputs(inputs)})")
+
+
+def describe_inputs(inputs: list[TensorSpec]) -> str:
+    """The inputs by name, with the C name where it differs (either works in --input)."""
+    return ", ".join(s.name if s.c_name == s.name else f"{s.name} (C name {s.c_name})"
+                     for s in inputs)
 
 
 NS_PER_SECOND = 10**9
@@ -133,14 +157,24 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
     inputs = [TensorSpec.from_json(d) for d in project["module"]["inputs"]]
     outputs = [TensorSpec.from_json(d) for d in project["module"]["outputs"]]
     encoded = []
-    for i, sample in enumerate(samples):
+    for i, given in enumerate(samples):
         where = f"sample {i}" if len(samples) > 1 else "input"
+        sample: dict[str, np.ndarray] = {}
+        unknown = []
+        for key, array in given.items():  # by the model's name or by the C name
+            spec = next((s for s in inputs if s.name == key), None) \
+                or next((s for s in inputs if s.c_name == key), None)
+            if spec is None:
+                unknown.append(key)
+            elif spec.name in sample:
+                raise InputError(f"{where}: input '{spec.name}' is given twice")
+            else:
+                sample[spec.name] = array
         missing = [s.name for s in inputs if s.name not in sample]
-        unknown = sorted(set(sample) - {s.name for s in inputs})
         if missing or unknown:
-            raise InputError(f"{where}: model inputs are {', '.join(s.name for s in inputs)}"
+            raise InputError(f"{where}: model inputs are {describe_inputs(inputs)}"
                              + (f"; missing {', '.join(missing)}" if missing else "")
-                             + (f"; unknown {', '.join(unknown)}" if unknown else ""))
+                             + (f"; unknown {', '.join(sorted(unknown))}" if unknown else ""))
         encoded.append([prepare_input(s, sample[s.name], where) for s in inputs])
 
     board = board_of_project(project)  # a Zephyr board by its Zephyr name
@@ -193,7 +227,7 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
         for spec in outputs:
             stacked = (all_outputs[0][spec.name] if len(all_outputs) == 1
                        else np.stack([o[spec.name] for o in all_outputs]))
-            path = output_dir / f"{c_identifier(spec.name)}.npy"
+            path = output_dir / f"{spec.c_name}.npy"  # a C identifier: a safe file name
             np.save(path, stacked)
             report.output_files.append(path)
     return report

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from generator.accel.dispatch import OffloadReport, Selected
-from generator.errors import ExportError
+from generator.cnames import c_identifiers
+from generator.errors import ExportError, MlfError
 from generator.export import ccode, frontend
 from generator.export.lower import lower
 from generator.export.mlf_writer import (
@@ -20,6 +21,7 @@ from generator.export.mlf_writer import (
 from generator.export.planner import Plan
 from generator.export.quantize import QuantReport
 from generator.export.tuning import TuningRecords
+from generator.mlf.schema import check_metadata
 
 TARGET = "c -keys=cpu"
 
@@ -72,17 +74,28 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
             start: float, accelerators: list[Selected],
             tuning: TuningRecords | None = None) -> ExportResult:
     _check_module_name(module)
+    input_names = _input_names(mod)
+    ccode.check_io_names(input_names, list(output_names or []))
+    # The model's names are data: TVM names kernel parameters after main's parameters and
+    # its C codegen writes them as they are (`float* 0_ptr`), so main gets C names.
+    mod = _with_input_names(mod, c_identifiers(input_names))
     lowered = lower(mod, module, accelerators, tuning)
     program = lowered.program
     names = output_names or []
     if len(names) != len(program.outputs):
         names = (["output"] if len(program.outputs) == 1
                  else [f"output{i}" for i in range(len(program.outputs))])
-    input_names = [program.tensors[t].name for t in program.inputs]
+    if len(program.inputs) != len(input_names):
+        raise ExportError(f"main has {len(input_names)} parameters before lowering and "
+                          f"{len(program.inputs)} after")
     code = ccode.generate(lowered, module, input_names, names)
+    meta = _metadata(module, lowered, code, origin, accelerators, tuning)
+    try:  # what `info` and `generate` refuse is never written
+        check_metadata(meta, MLF_VERSION, "metadata.json")
+    except MlfError as exc:
+        raise ExportError(f"the archive would not read back: {exc}") from None
     files = {
-        "metadata.json": metadata_json(_metadata(module, lowered, code, origin,
-                                                 accelerators, tuning)),
+        "metadata.json": metadata_json(meta),
         f"codegen/host/include/tvmgen_{module}.h": code.header.encode(),
         f"codegen/host/src/{module}_lib0.c": lowered.c_source.encode(),
         f"codegen/host/src/{module}_lib1.c": code.run_source.encode(),
@@ -102,7 +115,41 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
                          if c.kernel not in lowered.accel_kernels], lowered.tuned)
 
 
+def _input_names(mod) -> list[str]:
+    """The model's names of its inputs: main's parameters, as the importer named them."""
+    if hasattr(mod, "input_names"):  # our importer's model (tflite.ImportedModel)
+        return mod.input_names
+    if "main" not in [gv.name_hint for gv in mod.functions]:
+        raise ExportError("the Relax module has no 'main' function")
+    return [str(p.name) for p in mod["main"].params]
+
+
+def _with_input_names(mod, names: list[str]):
+    """The module with main's parameters renamed (same types, same order)."""
+    from tvm import relax
+
+    if hasattr(mod, "with_param_names"):  # our importer's model: names it builds with
+        return mod.with_param_names(names)
+
+    main = mod["main"]
+    if [str(p.name) for p in main.params] == names:
+        return mod
+    params = [relax.Var(name, p.ty) for p, name in zip(main.params, names, strict=True)]
+    body = main.bind_params(dict(zip(main.params, params, strict=True))).body
+    renamed = relax.Function(params, body, main.ret_ty, main.is_pure, main.attrs, main.span)
+    out = mod.clone()  # the caller's module stays as it was
+    out.update_func(out.get_global_var("main"), renamed)
+    return out
+
+
+def with_c_input_names(mod):
+    """The module with main's parameters renamed to their C names (generator.cnames):
+    TVM names kernel parameters after them and writes them into C as they are."""
+    return _with_input_names(mod, c_identifiers(_input_names(mod)))
+
+
 def _tensor_meta(t: ccode.IoTensor) -> dict:
+    """An input or output: the model's own name (data) and its C name (generator.cnames)."""
     return {"name": t.name, "c_name": t.c_name, "dtype": t.dtype, "shape": list(t.shape),
             "size": t.size_bytes}
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from generator.errors import ExportError
+from generator.cnames import c_identifiers
+from generator.errors import ExportError, MlfError
 from generator.export.lower import Lowered, Program
 from generator.export.planner import ALIGN, Interval, Plan, plan
-from generator.mlf.model import c_identifier
+from generator.mlf.schema import check_tensor_name
 from generator.project.cdata import c_bytes_initializer
 
 ACCEL_RUN_FAILED = -7  # MTVG_ACCEL_RUN_FAILED of mtvg/accel.h
@@ -20,8 +21,8 @@ ACCEL_RUN_FAILED = -7  # MTVG_ACCEL_RUN_FAILED of mtvg/accel.h
 
 @dataclass(frozen=True)
 class IoTensor:
-    name: str
-    c_name: str
+    name: str  # as the model spells it (metadata only: never written into C)
+    c_name: str  # its C identifier (generator.cnames): struct member and macro
     shape: tuple[int, ...]
     dtype: str
     size_bytes: int
@@ -40,18 +41,32 @@ class AotCode:
     copied_outputs: list[str]  # outputs that are not written in place (copied at the end)
 
 
-def _io(program: Program, tid: int, name: str) -> IoTensor:
-    t = program.tensors[tid]
-    return IoTensor(name, c_identifier(name), t.shape, t.dtype, t.nbytes)
+def check_io_names(input_names: list[str], output_names: list[str]) -> None:
+    """Refuse names an archive cannot keep (the reader's own check) and duplicates."""
+    for kind, names in (("input", input_names), ("output", output_names)):
+        for i, name in enumerate(names):
+            try:
+                check_tensor_name(name, f"{kind} {i}")
+            except MlfError as exc:
+                raise ExportError(f"the model's {exc}; an archive cannot keep this name") \
+                    from None
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ExportError(f"two of the model's {kind}s are named '{twice[0]}'")
 
 
-def _check_names(kind: str, tensors: list[IoTensor]) -> None:
-    seen: dict[str, str] = {}
-    for t in tensors:
-        if t.c_name in seen:
-            raise ExportError(f"{kind} names '{seen[t.c_name]}' and '{t.name}' are the same C "
-                              f"identifier '{t.c_name}'")
-        seen[t.c_name] = t.name
+def _io_tensors(program: Program, input_names: list[str],
+                output_names: list[str]) -> tuple[list[IoTensor], list[IoTensor]]:
+    """The model's inputs and outputs with their C names (unique across both: the size
+    macros of inputs and outputs share one namespace)."""
+    check_io_names(input_names, output_names)
+    c_names = c_identifiers([*input_names, *output_names])
+    tensors = []
+    for tid, name, c_name in zip([*program.inputs, *program.outputs],
+                                 [*input_names, *output_names], c_names, strict=True):
+        t = program.tensors[tid]
+        tensors.append(IoTensor(name, c_name, t.shape, t.dtype, t.nbytes))
+    return tensors[:len(input_names)], tensors[len(input_names):]
 
 
 def _intervals(program: Program, in_place_outputs: set[int]) -> list[Interval]:
@@ -77,11 +92,10 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
              output_names: list[str]) -> AotCode:
     program = lowered.program
     prefix = f"tvmgen_{module}_"
-    inputs = [_io(program, tid, n) for tid, n in zip(program.inputs, input_names, strict=True)]
-    outputs = [_io(program, tid, n)
-               for tid, n in zip(program.outputs, output_names, strict=True)]
-    _check_names("input", inputs)
-    _check_names("output", outputs)
+    if len(input_names) != len(program.inputs) or len(output_names) != len(program.outputs):
+        raise ExportError(f"{len(input_names)} input and {len(output_names)} output names for "
+                          f"{len(program.inputs)} inputs and {len(program.outputs)} outputs")
+    inputs, outputs = _io_tensors(program, input_names, output_names)
 
     # Each activation returned by the model is written straight into the caller's output
     # buffer by its kernel (once: a tensor returned twice is copied the second time).
@@ -153,7 +167,8 @@ def _header(module: str, inputs: list[IoTensor], outputs: list[IoTensor]) -> str
            "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
     for kind, group in (("Input", inputs), ("Output", outputs)):
         for t in group:
-            out.append(f"/* {kind} tensor {t.name}: {t.dtype}{list(t.shape)}, size in bytes */")
+            # The C name only: the model's own name may hold anything (even "*/").
+            out.append(f"/* {kind} tensor {t.c_name}: {t.dtype}{list(t.shape)}, size in bytes */")
             out.append(f"#define TVMGEN_{up}_{t.c_name.upper()}_SIZE {t.size_bytes}")
     for kind, group in (("inputs", inputs), ("outputs", outputs)):
         out += ["", f"/* {kind.capitalize()} tensor pointers for module '{module}' */",

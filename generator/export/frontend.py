@@ -76,7 +76,8 @@ def _import_onnx(path: Path, shapes: dict[str, tuple[int, ...]]):
         else:
             raise ExportError(f"{path}: input '{inp.name}' has a dynamic shape",
                               hint=f"give it with --input-shape {inp.name}=D1,D2,...")
-    mod = from_onnx(model, shape_dict=shape_dict, keep_params_in_input=False)
+    mod = from_onnx(model, shape_dict=shape_dict, keep_params_in_input=False,
+                    sanitize_input_names=False)
     return mod, [o.name for o in model.graph.output]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from generator import __version__
 from generator.errors import ExportError
-from generator.export.api import TARGET
+from generator.export.api import TARGET, with_c_input_names
 from generator.export.lower import (
     SYMBOL_PREFIX,
     compile_plain_kernels,
@@ -145,6 +145,7 @@ def export_model_operators(model_path: Path, dest: Path,
     _check_module_name(module)
     model_path = Path(model_path)
     mod, _ = frontend.import_model(model_path, shapes or {})
+    mod = with_c_input_names(mod)  # kernel parameters are named after main's parameters
     try:
         with tvm.transform.PassContext(opt_level=3):
             mod, _ = integer_rewrite(mod)  # int8 models: the same integer kernels

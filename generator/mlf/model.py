@@ -67,16 +67,19 @@ class ShapedTensor:
 class TensorInfo:
     """One model input or output."""
 
-    name: str
+    name: str  # as the model spells it: data, never written into C as is
     dtype: str
     size_bytes: int
     shape: tuple[int, ...] | None = None
     # Where the shape came from: "relay", "metadata", "flat" (only the size is known).
     shape_source: str = "flat"
+    # Its C identifier (the interface header's struct member): MLF v8 metadata `c_name`
+    # (checked by the reader), else TVM's rule applied to the name.
+    c_name: str = ""
 
-    @property
-    def c_name(self) -> str:
-        return c_identifier(self.name)
+    def __post_init__(self) -> None:
+        if not self.c_name:
+            object.__setattr__(self, "c_name", c_identifier(self.name))
 
     @property
     def numel(self) -> int:

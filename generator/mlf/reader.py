@@ -227,8 +227,12 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
         outputs = [TensorInfo(n, t.dtype, t.size_bytes, t.shape, "graph")
                    for n, t in zip(out_names, gio.outputs, strict=True)]
     else:
-        inputs = _resolve_inputs(where, name, main, header, relay, {p.name for p in params})
-        outputs = _resolve_outputs(where, name, main, header, relay, inputs)
+        c_names = (_v8_c_names(info, where) if version >= 8
+                   else {"inputs": {}, "outputs": {}})
+        inputs = _resolve_inputs(where, name, main, header, relay, {p.name for p in params},
+                                 c_names["inputs"])
+        outputs = _resolve_outputs(where, name, main, header, relay, inputs,
+                                   c_names["outputs"])
     abi, plan, accelerators = None, None, []
     if version >= 8:
         abi, plan = _v8_abi_and_plan(info, where, "full-model")
@@ -486,8 +490,26 @@ def _operator(item: object, where: str) -> OperatorInfo:
     return OperatorInfo(name, symbol, tuple(args), outputs)
 
 
+def _v8_c_names(info: dict, where: str) -> dict[str, dict[str, str]]:
+    """Per kind, C name → the model's name, from version 8 metadata `c_name` fields (the
+    model's names are data; the header's struct members are these C names)."""
+    out: dict[str, dict[str, str]] = {}
+    for kind in ("inputs", "outputs"):
+        listed = info.get(kind)
+        by_c: dict[str, str] = {}
+        for t in listed if isinstance(listed, list) else []:
+            if not isinstance(t, dict) or not isinstance(t.get("c_name"), str):
+                continue
+            if t["c_name"] in by_c:
+                raise MlfError(f"{where} {kind}: two tensors have the C name '{t['c_name']}'")
+            by_c[t["c_name"]] = t["name"]
+        out[kind] = by_c
+    return out
+
+
 def _v8_shapes(listed: object, tensors: list[TensorInfo], where: str) -> list[TensorInfo]:
-    """Tensors with the shapes version 8 metadata lists for them (checked against sizes)."""
+    """Tensors with the shapes version 8 metadata lists for them (checked against sizes),
+    and the C names it gives them (which must be those the header declares)."""
     if not isinstance(listed, list):
         raise MlfError(f"{where}: version 8 metadata must list them with shapes")
     by_name = {t.get("name"): t for t in listed if isinstance(t, dict)}
@@ -497,7 +519,11 @@ def _v8_shapes(listed: object, tensors: list[TensorInfo], where: str) -> list[Te
         shape = entry.get("shape") if entry else None
         if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
             raise MlfError(f"{where}: no valid shape for '{t.name}'")
-        shaped = TensorInfo(t.name, t.dtype, t.size_bytes, tuple(shape), "metadata")
+        c_name = entry.get("c_name") if entry else None
+        if c_name is not None and c_name != t.c_name:
+            raise MlfError(f"{where}: '{t.name}' has the C name '{c_name}', which the C "
+                           "interface header does not declare for it")
+        shaped = TensorInfo(t.name, t.dtype, t.size_bytes, tuple(shape), "metadata", t.c_name)
         if shaped.numel != ShapedTensor(t.name, tuple(shape), t.dtype).numel:
             raise MlfError(f"{where}: '{t.name}' shape {shape} does not match its "
                            f"{t.size_bytes} bytes of {t.dtype}")
@@ -601,14 +627,20 @@ def _entry_kind(where: str, executor: str, interface: str, mod: str,
                                 "cannot find the model's entry point")
 
 
-def _pair_names(members: list[str], declared: list[str], known: list[str]) -> list[str]:
+def _pair_names(members: list[str], declared: list[str], known: list[str],
+                c_names: dict[str, str] | None = None) -> list[str]:
     """The tensor names for the header's struct members.
+
+    MLF v8 metadata gives each tensor's C name (`c_names`, C name → name): used when it
+    names every member.
 
     A member is TVM's sanitised name of a tensor (`input_1:0` → `input_1_0`): match it to a
     declared (metadata) or known (Relay) name by that rule. When some member matches none,
     but the metadata declares as many tensors as the header has members, they are paired by
     position (TVM 0.11-era archives name a tensor one way in each file).
     """
+    if c_names and all(m in c_names for m in members):
+        return [c_names[m] for m in members]
     by_c: dict[str, str] = {}
     for name in [*known, *declared]:
         by_c.setdefault(c_identifier(name), name)
@@ -638,13 +670,13 @@ def _io_size(where: str, what: str, name: str, declared: dict, header, mod: str,
 
 
 def _resolve_inputs(where: str, mod: str, main: dict, header, relay,
-                    param_names: set[str]) -> list[TensorInfo]:
+                    param_names: set[str], c_names: dict[str, str]) -> list[TensorInfo]:
     meta_in = _declared(main, "inputs")
     relay_params = {p.name: p for p in relay.params} if relay else {}
     members: list[str | None]
     if header is not None and header.inputs:
         members = list(header.inputs)
-        names = _pair_names(header.inputs, list(meta_in), list(relay_params))
+        names = _pair_names(header.inputs, list(meta_in), list(relay_params), c_names)
     elif meta_in:
         order = [p for p in relay_params if p in meta_in]
         names = order + sorted(n for n in meta_in if n not in order)
@@ -668,17 +700,18 @@ def _resolve_inputs(where: str, mod: str, main: dict, header, relay,
         if dtype is None or size is None:
             raise MlfError(f"{where}: cannot tell the dtype and size of input '{n}'")
         result.append(_tensor(where, "input", n, _checked_dtype(where, n, dtype), size,
-                              rp.shape if rp is not None and rp.size_bytes == size else None))
+                              rp.shape if rp is not None and rp.size_bytes == size else None,
+                              _member_c_name(member, c_names)))
     return result
 
 
 def _resolve_outputs(where: str, mod: str, main: dict, header, relay,
-                     inputs: list[TensorInfo]) -> list[TensorInfo]:
+                     inputs: list[TensorInfo], c_names: dict[str, str]) -> list[TensorInfo]:
     meta_out = _declared(main, "outputs")
     members: list[str | None]
     if header is not None and header.outputs:
         members = list(header.outputs)
-        names = _pair_names(header.outputs, sorted(meta_out, key=_natural_key), [])
+        names = _pair_names(header.outputs, sorted(meta_out, key=_natural_key), [], c_names)
     elif meta_out:
         names = sorted(meta_out, key=_natural_key)
         members = [None] * len(names)
@@ -702,7 +735,8 @@ def _resolve_outputs(where: str, mod: str, main: dict, header, relay,
         if size is None or size <= 0:
             raise MlfError(f"{where}: cannot tell the size of output '{n}'")
         shape = single.shape if single is not None and single.size_bytes == size else None
-        result.append(_tensor(where, "output", n, _checked_dtype(where, n, dtype), size, shape))
+        result.append(_tensor(where, "output", n, _checked_dtype(where, n, dtype), size, shape,
+                              _member_c_name(member, c_names)))
     return result
 
 
@@ -714,14 +748,19 @@ def _checked_dtype(where: str, name: str, dtype: str) -> str:
     return dtype
 
 
+def _member_c_name(member: str | None, c_names: dict[str, str]) -> str:
+    """A header member's name when v8 metadata names it ("": TVM's rule on the name)."""
+    return member if member is not None and member in c_names else ""
+
+
 def _tensor(where: str, what: str, name: str, dtype: str, size: int,
-            shape: tuple[int, ...] | None) -> TensorInfo:
+            shape: tuple[int, ...] | None, c_name: str = "") -> TensorInfo:
     if not 0 < size <= MAX_IO_BYTES:
         raise MlfError(f"{where}: {what} '{name}' has {size} bytes (from 1 to {MAX_IO_BYTES})")
     if size * 8 % dtype_bits(dtype):
         raise MlfError(f"{where}: {what} '{name}' has {size} bytes, not a whole number of "
                        f"{dtype} elements")
-    return TensorInfo(name, dtype, int(size), shape, "relay" if shape else "flat")
+    return TensorInfo(name, dtype, int(size), shape, "relay" if shape else "flat", c_name)
 
 
 def _natural_key(name: str):

@@ -8,6 +8,7 @@ does not use are not checked. Every failure is one MlfError naming the field's p
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from generator.errors import MlfError
@@ -15,8 +16,12 @@ from generator.errors import MlfError
 MAX_SIZE = (1 << 31) - 1  # bytes: nothing larger fits a 32-bit microcontroller
 MAX_NAME_CHARS = 256
 MAX_TEXT_CHARS = 4096
+# A model's tensor names are data (shown, matched by `run --input`, never written into C
+# as they are: their C names are), so they may be longer than other names.
+MAX_TENSOR_NAME_CHARS = MAX_TEXT_CHARS
 MAX_ITEMS = 100_000
 MAX_DIMS = 16
+_C_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _fail(where: str, what: str) -> None:
@@ -47,6 +52,24 @@ def check_name(value: object, where: str) -> str:
     name = check_text(value, where, MAX_NAME_CHARS)
     if not name:
         _fail(where, "an empty name")
+    return name
+
+
+def check_tensor_name(value: object, where: str) -> str:
+    """A model's name of one of its tensors: any non-empty text without control characters,
+    up to MAX_TENSOR_NAME_CHARS (the exporter checks the names it writes with this too)."""
+    name = check_text(value, where, MAX_TENSOR_NAME_CHARS)
+    if not name:
+        _fail(where, "an empty name")
+    return name
+
+
+def check_c_name(value: object, where: str) -> str:
+    """A C identifier the archive gives a tensor (MLF v8 `c_name`): it is written into the
+    generated C, so nothing but [A-Za-z_][A-Za-z0-9_]* of at most MAX_NAME_CHARS."""
+    name = check_text(value, where, MAX_NAME_CHARS)
+    if not _C_NAME_RE.fullmatch(name):
+        _fail(where, f"{_show(value)} is not a C identifier")
     return name
 
 
@@ -145,8 +168,8 @@ def _check_main(main: dict, where: str) -> None:
         _optional(main, key, check_size, where)
     for kind in ("inputs", "outputs"):
         for name, tensor in _obj(main.get(kind), f"{where}.{kind}", required=False).items():
-            at = f"{where}.{kind}.{name}"
-            check_name(name, f"{where}.{kind}")
+            check_tensor_name(name, f"{where}.{kind}")
+            at = f"{where}.{kind}.{name if len(name) <= 60 else name[:57] + '...'}"
             tensor = _obj(tensor, at)
             _optional(tensor, "size", check_size, at)
             _optional(tensor, "dtype", check_name, at)
@@ -164,7 +187,8 @@ def _check_v8(info: dict, where: str) -> None:
     for kind in ("inputs", "outputs"):
         for i, tensor in enumerate(_list(info.get(kind), f"{where}.{kind}", required=False)):
             tensor = _obj(tensor, f"{where}.{kind}[{i}]")
-            check_name(tensor.get("name"), f"{where}.{kind}[{i}].name")
+            check_tensor_name(tensor.get("name"), f"{where}.{kind}[{i}].name")
+            _optional(tensor, "c_name", check_c_name, f"{where}.{kind}[{i}]")
             check_shape(tensor.get("shape"), f"{where}.{kind}[{i}].shape")
     for i, op in enumerate(_list(info.get("operators"), f"{where}.operators", required=False)):
         at = f"{where}.operators[{i}]"

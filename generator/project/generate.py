@@ -423,8 +423,8 @@ def _graph_context(files: ArchiveFiles, module: ModuleInfo) -> tuple[dict[str, i
 
 
 def _tensor_json(t) -> dict:
-    return {"name": t.name, "dtype": t.dtype, "shape": list(t.effective_shape()),
-            "size_bytes": t.size_bytes}
+    return {"name": t.name, "c_name": t.c_name, "dtype": t.dtype,
+            "shape": list(t.effective_shape()), "size_bytes": t.size_bytes}
 
 
 def _write_atomically(out_dir: Path, rendered: dict[str, bytes]) -> None:
