@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tflite
 
+from generator.errors import ExportError
 from generator.export import export_model
 from generator.project.generate import generate
 from generator.run import run_project
@@ -249,9 +250,9 @@ def test_concatenation(tmp_path):
     check_uint8(concat_model(parts, out, 3), parts, tmp_path, {"concatenation"})
 
 
-def test_a_float_operator_after_an_integer_one_reads_uint8(tmp_path):
-    """FULLY_CONNECTED (integer) then LOGISTIC (no integer kernel: float): the logistic's
-    dequantize reads the int8 kernel's output shifted back to uint8."""
+def test_an_integer_logistic_after_an_integer_one_reads_uint8(tmp_path):
+    """FULLY_CONNECTED then LOGISTIC, both integer (the logistic a table of TFLite's
+    fixed-point results): bit-exact with TFLite, uint8 at the edges."""
     rng = np.random.default_rng(6)
     g = _Graph()
     inp = QTensor((2, 12), 0.03, 125, "uint8")
@@ -273,23 +274,22 @@ def test_a_float_operator_after_an_integer_one_reads_uint8(tmp_path):
     path = tmp_path / "model.tflite"
     path.write_bytes(buf)
     result = export_model(path, tmp_path / "model.tar")
-    assert result.quant.integer == ["dense"]
-    assert [op for op, _ in result.quant.fallback] == ["sigmoid"]
+    assert result.quant.integer == ["dense", "logistic"]
+    assert result.quant.fallback == []
     model = CModel(result, tmp_path)
     samples = [[random_input(rng, inp)] for _ in range(OP_SAMPLES)]
     want = tflite_reference(path, samples)
     for xs, wanted in zip(samples, want, strict=True):
-        got = model(*xs)[0].astype(int)
-        assert got.dtype != np.int8
-        # the float sigmoid may round differently from TFLite's: within one step
-        assert np.abs(got - wanted.astype(int)).max() <= 1
+        got = model(*xs)[0]
+        assert got.dtype == np.uint8
+        assert got.tobytes() == wanted.tobytes()
 
 
 # ---- the fallback report names the operator ------------------------------------------------
 
-def test_a_conv2d_that_stays_float_is_reported_as_conv2d(tmp_path):
-    """int8 weights with a nonzero zero point have no integer kernel: the quantize of
-    (conv2d + bias) is reported as conv2d, not as the add."""
+def test_int8_conv2d_weights_with_a_zero_point_are_refused_naming_the_operator(tmp_path):
+    """int8 weights with a nonzero zero point: TFLite's int8 kernels take none, and export
+    keeps no float path for a quantized operator: one line naming the operator."""
     rng = np.random.default_rng(7)
     inp = QTensor((1, 5, 5, 2), 0.05, 3)
     weights, bias = random_weights_and_bias(rng, (4, 3, 3, 2), inp.scales[0], per_channel=False)
@@ -297,12 +297,12 @@ def test_a_conv2d_that_stays_float_is_reported_as_conv2d(tmp_path):
     buf = conv2d_model(inp, weights, bias, QTensor((1, 5, 5, 4), 0.1, 0), activation="RELU")
     path = tmp_path / "conv.tflite"
     path.write_bytes(buf)
-    result = export_model(path, tmp_path / "conv.tar")
-    assert result.quant.fallback == [
-        ("conv2d", "weights are not int8 with zero point 0, nor uint8")]
+    with pytest.raises(ExportError, match=r"operator #0 CONV_2D \(int8 → int8\) is not "
+                                          r"supported: int8 weights with a nonzero zero point"):
+        export_model(path, tmp_path / "conv.tar")
 
 
-def test_a_fully_connected_that_stays_float_is_reported_as_dense(tmp_path):
+def test_int8_fully_connected_weights_with_a_zero_point_are_refused(tmp_path):
     rng = np.random.default_rng(8)
     inp = QTensor((1, 16), 0.05, 3)
     weights, bias = random_weights_and_bias(rng, (4, 16), inp.scales[0], per_channel=False)
@@ -310,5 +310,5 @@ def test_a_fully_connected_that_stays_float_is_reported_as_dense(tmp_path):
     buf = fully_connected_model(inp, weights, bias, QTensor((1, 4), 0.1, 0))
     path = tmp_path / "fc.tflite"
     path.write_bytes(buf)
-    result = export_model(path, tmp_path / "fc.tar")
-    assert [op for op, _ in result.quant.fallback] == ["dense"]
+    with pytest.raises(ExportError, match=r"operator #0 FULLY_CONNECTED .* nonzero zero point"):
+        export_model(path, tmp_path / "fc.tar")

@@ -135,6 +135,8 @@ class _Offloader:
         bound = {name: matchings[p] for name, p in pattern.parts.items() if p in matchings}
         out_shape, out_dtype = _tensor_type(orig)
         if pattern.int8_kind is not None:
+            if not hasattr(orig, "args"):  # a variable bound to the kernel's call
+                return None
             callee = orig.args[0]
             op = self.ops.get(getattr(callee, "name_hint", None))
             if op is None or op.kind != pattern.int8_kind:

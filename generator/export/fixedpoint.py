@@ -270,18 +270,18 @@ def _exp_quarter_interval(ar, a):
     return constant_term + ar.srdhm(constant_term, x + poly)
 
 
-def exp_on_negative_values(ar, a):
-    """exp(a) for a ≤ 0 given in Q5.26; the result is Q0.31."""
-    frac_bits = 31 - SOFTMAX_DIFF_INTEGER_BITS
+def exp_on_negative_values(ar, a, integer_bits: int = SOFTMAX_DIFF_INTEGER_BITS):
+    """exp(a) for a ≤ 0 given with `integer_bits` integer bits (softmax: Q5.26); the result
+    is Q0.31."""
+    frac_bits = 31 - integer_bits
     quarter = 1 << (frac_bits - 2)
     a = ar.shared(a)
     a_mod_minus_quarter = ar.shared((a & (quarter - 1)) - quarter)
-    result = _exp_quarter_interval(ar, saturating_shl(ar, a_mod_minus_quarter,
-                                                      SOFTMAX_DIFF_INTEGER_BITS))
+    result = _exp_quarter_interval(ar, saturating_shl(ar, a_mod_minus_quarter, integer_bits))
     result = ar.shared(result)
     remainder = ar.shared(a_mod_minus_quarter - a)
     for exponent, multiplier in _EXP_BARREL:
-        if SOFTMAX_DIFF_INTEGER_BITS > exponent:
+        if integer_bits > exponent:
             bit = 1 << (frac_bits + exponent)
             result = ar.shared(ar.select(ar.ne(remainder & bit, 0), ar.srdhm(result, multiplier),
                                          result))
@@ -296,6 +296,17 @@ def one_over_one_plus_x(ar, a):
         one_minus = ar.shared((1 << 29) - ar.srdhm(half_denominator, x))
         x = ar.shared(x + saturating_shl(ar, ar.shared(ar.srdhm(x, one_minus)), 2))
     return saturating_shl(ar, x, 1)
+
+
+def one_minus_x_over_one_plus_x(ar, a):
+    """(1 − a) / (1 + a) for a in [0, 1) given in Q0.31; the result is Q0.31 (gemmlowp's
+    Newton-Raphson, as `one_over_one_plus_x`)."""
+    half_denominator = ar.shared(ar.rounding_half_sum(a, INT32_MAX))
+    x = ar.shared(1515870810 + ar.srdhm(half_denominator, -1010580540))
+    for _ in range(3):
+        one_minus = ar.shared((1 << 29) - ar.srdhm(half_denominator, x))
+        x = ar.shared(x + saturating_shl(ar, ar.shared(ar.srdhm(x, one_minus)), 2))
+    return saturating_shl(ar, x - (1 << 29), 2)
 
 
 def softmax_params(input_scale: float, beta: float = 1.0) -> tuple[int, int, int]:

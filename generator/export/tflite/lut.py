@@ -11,11 +11,17 @@ from __future__ import annotations
 import numpy as np
 
 from generator.export.fixedpoint import (
+    INT32_MAX,
     PyArith,
+    exp_on_negative_values,
     multiply_by_quantized_multiplier,
+    one_minus_x_over_one_plus_x,
+    one_over_one_plus_x,
     quantize_multiplier,
     round_half_away,
 )
+
+SIGMOID_INPUT_INTEGER_BITS = 4  # TFLite's quantized logistic and tanh read the input as Q4.27
 
 _AR = PyArith()
 
@@ -83,4 +89,81 @@ def leaky_relu(in_dtype: str, in_scale: float, in_zero: int, out_dtype: str,
         x = int(v) - in_zero
         m, s = identity if x >= 0 else slope
         out.append(min(max(out_zero + mbqm(x, m, s), lo), hi))
+    return store(np.array(out, np.int64), out_dtype)
+
+
+def _logistic_q0(x: int) -> int:
+    """gemmlowp's logistic of a Q4.27 value, Q0.31."""
+    if x == 0:
+        return 1 << 30
+    e = exp_on_negative_values(_AR, -abs(x), SIGMOID_INPUT_INTEGER_BITS)
+    positive = one_over_one_plus_x(_AR, e)
+    return positive if x > 0 else INT32_MAX - positive
+
+
+def _tanh_q0(x: int) -> int:
+    """gemmlowp's tanh of a Q4.27 value, Q0.31."""
+    if x == 0:
+        return 0
+    n = -abs(x)
+    e = exp_on_negative_values(_AR, n + n, SIGMOID_INPUT_INTEGER_BITS)
+    positive = one_minus_x_over_one_plus_x(_AR, e)
+    return positive if x > 0 else -positive
+
+
+def _sigmoid_input(in_scale: float) -> tuple[int, int, int]:
+    """(multiplier, left shift, radius) of TFLite's logistic/tanh input rescaling."""
+    bits = SIGMOID_INPUT_INTEGER_BITS
+    multiplier, shift = quantize_multiplier(float(np.float32(in_scale)) * (1 << (31 - bits)))
+    if shift < 0:
+        raise ValueError("input scale too small for the fixed-point logistic")
+    radius = int(np.floor(((1 << bits) - 1) * float(1 << (31 - bits)) / (1 << shift)))
+    return multiplier, shift, radius
+
+
+def logistic(in_dtype: str, in_scale: float, in_zero: int, out_dtype: str) -> np.ndarray:
+    """TFLite's quantized LOGISTIC (output scale 1/256, zero point at the type's lowest)."""
+    multiplier, shift, radius = _sigmoid_input(in_scale)
+    lo, hi = type_range(out_dtype)
+    out = []
+    for v in file_values(in_dtype):
+        x = int(v) - in_zero
+        if x <= -radius:
+            out.append(lo)
+        elif x >= radius:
+            out.append(hi)
+        else:
+            q = _AR.rdbp(_logistic_q0(mbqm(x, multiplier, shift)), 23)
+            out.append(min(max(q + lo, lo), hi))
+    return store(np.array(out, np.int64), out_dtype)
+
+
+def tanh(in_dtype: str, in_scale: float, in_zero: int, out_dtype: str) -> np.ndarray:
+    """TFLite's quantized TANH (output scale 1/128, zero point at the type's middle)."""
+    multiplier, shift, radius = _sigmoid_input(in_scale)
+    lo, hi = type_range(out_dtype)
+    mid = (lo + hi + 1) // 2
+    out = []
+    for v in file_values(in_dtype):
+        x = int(v) - in_zero
+        if x <= -radius:
+            out.append(lo)
+        elif x >= radius:
+            out.append(hi)
+        else:
+            q = _AR.rdbp(_tanh_q0(mbqm(x, multiplier, shift)), 24) + mid
+            out.append(min(max(q, lo), hi))
+    return store(np.array(out, np.int64), out_dtype)
+
+
+def concat_rescale(in_dtype: str, in_scale: float, in_zero: int, out_dtype: str,
+                   out_scale: float, out_zero: int) -> np.ndarray:
+    """TFLite's uint8 CONCATENATION of an input quantized differently from the output: in
+    float32, round(x · s + b) + zero_out with s = in_scale · (1 / out_scale), b = −zero_in · s."""
+    f = np.float32
+    scale = f(f(in_scale) * (f(1.0) / f(out_scale)))
+    bias = f(f(-in_zero) * scale)
+    lo, hi = type_range(out_dtype)
+    out = [min(max(round_half_away(f(f(int(v)) * scale) + bias) + out_zero, lo), hi)
+           for v in file_values(in_dtype)]
     return store(np.array(out, np.int64), out_dtype)

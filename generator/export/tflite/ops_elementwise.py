@@ -187,11 +187,31 @@ _FLOAT_UNARY = {"LOGISTIC": "sigmoid", "TANH": "tanh", "ABS": "abs", "RSQRT": "r
                 "FLOOR": "floor", "CEIL": "ceil", "SIN": "sin", "COS": "cos"}
 
 
+_SIGMOID_OUTPUT = {"LOGISTIC": (1.0 / 256, 0), "TANH": (1.0 / 128, 128)}  # uint8 zero
+
+
+def _sigmoid_table(ctx: Context, op: TfOp) -> None:
+    x_t, out_t = ctx.need(op, 0), ctx.out(op)
+    x, out = ctx.qinfo(x_t), ctx.qinfo(out_t)
+    scale, zero = _SIGMOID_OUTPUT[op.code]
+    if x.dtype != out.dtype or out.scale != scale or out.zero != zero - 128:
+        raise Unsupported(f"output quantization must be scale {scale}, zero point "
+                          f"{zero - 128} (int8) or {zero} (uint8)")
+    fn = lut.logistic if op.code == "LOGISTIC" else lut.tanh
+    try:
+        table = fn(x.dtype, x.scale, x.zero + int8_offset(x.dtype), out.dtype)
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from exc
+    _table(ctx, op, op.code.lower(), table)
+
+
 @converter(*_FLOAT_UNARY, "HARD_SWISH", "ELU", "LOG_SOFTMAX")
 def float_unary(ctx: Context, op: TfOp) -> None:
     from tvm import relax
 
     x_t, out_t = ctx.need(op, 0), ctx.out(op)
+    if op.code in _SIGMOID_OUTPUT and not all_float(x_t, out_t):
+        return _sigmoid_table(ctx, op)
     if not all_float(x_t, out_t):
         raise Unsupported("no integer kernel yet")
     x = ctx.value(x_t)

@@ -25,15 +25,16 @@ def _same_quant(ctx: Context, a: TfTensor, b: TfTensor) -> bool:
     return ctx.qinfo(a) == ctx.qinfo(b)
 
 
-def _moved(ctx: Context, x_t: TfTensor, out_t: TfTensor, expr):
-    """`expr` (values of x_t) in out_t's quantization: a table where the two differ."""
+def _moved(ctx: Context, x_t: TfTensor, out_t: TfTensor, expr, rescale=lut.requantize):
+    """`expr` (values of x_t) in out_t's quantization: a table where the two differ
+    (`rescale` makes it: QUANTIZE's arithmetic unless the operator has its own)."""
     if _same_quant(ctx, x_t, out_t):
         return expr
     if x_t.dtype == "float32" or out_t.dtype == "float32":
         raise Unsupported(f"{x_t.dtype} input with a {out_t.dtype} output")
     x, out = ctx.qinfo(x_t), ctx.qinfo(out_t)
-    table = lut.requantize(x.dtype, x.scale, x.zero + int8_offset(x.dtype), out.dtype,
-                           out.scale, out.zero + int8_offset(out.dtype))
+    table = rescale(x.dtype, x.scale, x.zero + int8_offset(x.dtype), out.dtype,
+                    out.scale, out.zero + int8_offset(out.dtype))
     from tvm import relax
 
     shape = tuple(int(d) for d in expr.ty.shape) if hasattr(expr, "ty") else x_t.shape
@@ -78,7 +79,7 @@ def concatenation(ctx: Context, op: TfOp) -> None:
     axis = int(op.options.Axis()) % len(out_t.shape)
     if op.options is not None and int(op.options.FusedActivationFunction()) != 0:
         raise Unsupported("concatenation with a fused activation")
-    values = [_moved(ctx, p, out_t, ctx.value(p)) for p in parts]
+    values = [_moved(ctx, p, out_t, ctx.value(p), lut.concat_rescale) for p in parts]
     if out_t.quant is not None:
         shapes = [p.shape for p in parts]
         ctx.kernel("concat", qkernels.concat(shapes, axis), values, out_t)

@@ -1,0 +1,192 @@
+"""Our TFLite importer, one operator at a time: each case is a one-operator model built by
+tests/tflite_builder.py, exported, compiled by gcc on the host (tests/c_runner.py) and
+compared byte for byte with TFLite's reference kernels (BUILTIN_REF); float cases within
+1e-5 relative. Unary 8-bit operators run on all 256 input values at once, so the whole
+table is checked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from generator.errors import ExportError
+from generator.export.api import export_model
+from tests.c_runner import CModel
+from tests.tflite_builder import Tensor, litert_missing, op_model, random_input, reference
+
+pytestmark = pytest.mark.skipif(litert_missing() is not None, reason=str(litert_missing()))
+SAMPLES = 4
+
+
+@dataclass
+class Case:
+    id: str
+    op: str
+    inputs: list
+    outputs: list
+    options: dict = field(default_factory=dict)
+    all_values: bool = False  # the one 8-bit input takes each of its 256 values
+
+    def model(self) -> bytes:
+        return op_model(self.op, self.inputs, self.outputs, self.options or None)
+
+
+def q8(shape, scale, zero, dtype="int8", data=None):
+    return Tensor(tuple(shape), dtype, scale, zero, data=data)
+
+
+def f32(shape, data=None):
+    return Tensor(tuple(shape), "float32", data=data)
+
+
+RNG = np.random.default_rng(24)
+ALL = (1, 256)
+
+
+def _conv_case(id_, dtype, depthwise, stride, padding, act, per_channel):
+    cin, cout, k = 3, (6 if depthwise else 4), 3
+    zero_in = -3 if dtype == "int8" else 120
+    x = q8((1, 7, 6, cin), 0.05, zero_in, dtype)
+    w_shape = (1, k, k, cout) if depthwise else (cout, k, k, cin)
+    axis = 3 if depthwise else 0
+    if dtype == "uint8":
+        w = Tensor(w_shape, "uint8", 0.02, 130, data=RNG.integers(0, 256, w_shape))
+    else:
+        scales = list(RNG.uniform(0.005, 0.03, cout)) if per_channel else 0.02
+        w = Tensor(w_shape, "int8", scales, 0, quantized_dimension=axis,
+                   data=RNG.integers(-127, 128, w_shape))
+    b = Tensor((cout,), "int32", None, None, data=RNG.integers(-2000, 2000, cout))
+    size = lambda n: (n + stride - 1) // stride if padding == "SAME" else (n - k) // stride + 1  # noqa: E731
+    out = q8((1, size(7), size(6), cout), 0.1, 5 if dtype == "int8" else 128, dtype)
+    opts = {"padding": padding, "stride_h": stride, "stride_w": stride,
+            "fused_activation_function": act}
+    if depthwise:
+        opts["depth_multiplier"] = 2
+    return Case(id_, "DEPTHWISE_CONV_2D" if depthwise else "CONV_2D", [x, w, b], [out], opts)
+
+
+CASES = [
+    _conv_case("conv-int8-same-relu6-perchannel", "int8", False, 1, "SAME", "RELU6", True),
+    _conv_case("conv-int8-valid-stride2", "int8", False, 2, "VALID", "NONE", False),
+    _conv_case("conv-uint8-same", "uint8", False, 1, "SAME", "RELU", False),
+    _conv_case("depthwise-int8-same-mult2", "int8", True, 1, "SAME", "NONE", True),
+    _conv_case("depthwise-int8-valid-stride2", "int8", True, 2, "VALID", "RELU", True),
+    Case("fc-int8-4d-input", "FULLY_CONNECTED",
+         [q8((1, 2, 2, 3), 0.04, 2), Tensor((5, 12), "int8", 0.01, 0,
+                                            data=RNG.integers(-127, 128, (5, 12))),
+          Tensor((5,), "int32", data=RNG.integers(-500, 500, 5))],
+         [q8((1, 5), 0.08, -4)]),
+    Case("add-int8-broadcast-relu", "ADD", [q8((1, 4, 5), 0.03, 3), q8((1, 1, 5), 0.07, -9)],
+         [q8((1, 4, 5), 0.06, -2)], {"fused_activation_function": "RELU"}),
+    Case("sub-int8", "SUB", [q8((2, 6), 0.03, 3), q8((2, 6), 0.05, -1)],
+         [q8((2, 6), 0.06, 0)]),
+    Case("mul-int8-broadcast", "MUL", [q8((3, 4), 0.05, 1), q8((1, 4), 0.04, -7)],
+         [q8((3, 4), 0.02, 3)]),
+    Case("avg-pool-int8-same", "AVERAGE_POOL_2D", [q8((1, 5, 5, 2), 0.1, -1)],
+         [q8((1, 3, 3, 2), 0.1, -1)],
+         {"padding": "SAME", "stride_h": 2, "stride_w": 2, "filter_height": 3,
+          "filter_width": 3}),
+    Case("max-pool-int8-relu", "MAX_POOL_2D", [q8((1, 4, 4, 3), 0.1, 4)],
+         [q8((1, 2, 2, 3), 0.1, 4)],
+         {"padding": "VALID", "stride_h": 2, "stride_w": 2, "filter_height": 2,
+          "filter_width": 2, "fused_activation_function": "RELU"}),
+    Case("softmax-int8-beta", "SOFTMAX", [q8((2, 10), 0.1, 3)], [q8((2, 10), 1 / 256, -128)],
+         {"beta": 0.5}),
+    Case("logistic-int8", "LOGISTIC", [q8(ALL, 0.06, 7)], [q8(ALL, 1 / 256, -128)],
+         all_values=True),
+    Case("logistic-uint8", "LOGISTIC", [q8(ALL, 0.05, 120, "uint8")],
+         [q8(ALL, 1 / 256, 0, "uint8")], all_values=True),
+    Case("tanh-int8", "TANH", [q8(ALL, 0.03, -5)], [q8(ALL, 1 / 128, 0)], all_values=True),
+    Case("relu-int8", "RELU", [q8(ALL, 0.05, -10)], [q8(ALL, 0.03, -128)], all_values=True),
+    Case("relu6-int8", "RELU6", [q8(ALL, 0.05, 10)], [q8(ALL, 6 / 255, -128)],
+         all_values=True),
+    Case("relu-n1-to-1-int8", "RELU_N1_TO_1", [q8(ALL, 0.02, 0)], [q8(ALL, 1 / 128, 0)],
+         all_values=True),
+    Case("leaky-relu-int8", "LEAKY_RELU", [q8(ALL, 0.05, 3)], [q8(ALL, 0.04, -20)],
+         {"alpha": 0.2}, all_values=True),
+    Case("requantize-int8", "QUANTIZE", [q8(ALL, 0.05, 3)], [q8(ALL, 0.021, -9)],
+         all_values=True),
+    Case("requantize-uint8-to-int8", "QUANTIZE", [q8(ALL, 0.05, 130, "uint8")],
+         [q8(ALL, 0.05, 2)], all_values=True),
+    Case("quantize-float-int8", "QUANTIZE", [f32((3, 7))], [q8((3, 7), 0.013, -4)]),
+    Case("dequantize-int8", "DEQUANTIZE", [q8(ALL, 0.037, 5)], [f32(ALL)], all_values=True),
+    Case("reshape-int8", "RESHAPE", [q8((1, 2, 3, 4), 0.1, 0),
+                                     Tensor((2,), "int32", data=np.array([4, 6]))],
+         [q8((4, 6), 0.1, 0)], {"new_shape": [4, 6]}),
+    Case("transpose-int8", "TRANSPOSE", [q8((2, 3, 4), 0.1, 0),
+                                         Tensor((3,), "int32", data=np.array([2, 0, 1]))],
+         [q8((4, 2, 3), 0.1, 0)]),
+    Case("concat-int8", "CONCATENATION",
+         [q8((1, 2, 3), 0.1, 0), q8((1, 2, 2), 0.1, 0)], [q8((1, 2, 5), 0.1, 0)],
+         {"axis": 2}),
+    Case("concat-uint8-requantized", "CONCATENATION",  # int8 must share the output's
+         [q8((1, 2, 3), 0.1, 128, "uint8"), q8((1, 2, 2), 0.05, 130, "uint8")],
+         [q8((1, 2, 5), 0.1, 128, "uint8")], {"axis": 2}),
+    Case("pad-int8", "PAD", [q8((1, 2, 3, 1), 0.1, -7),
+                             Tensor((4, 2), "int32", data=np.array([[0, 0], [1, 2],
+                                                                    [2, 0], [0, 0]]))],
+         [q8((1, 5, 5, 1), 0.1, -7)]),
+    Case("strided-slice-int8", "STRIDED_SLICE",
+         [q8((1, 6, 5), 0.1, 0), Tensor((3,), "int32", data=np.array([0, 1, 0])),
+          Tensor((3,), "int32", data=np.array([1, 6, 5])),
+          Tensor((3,), "int32", data=np.array([1, 2, 2]))], [q8((1, 3, 3), 0.1, 0)]),
+    Case("gather-int8", "GATHER", [q8((5, 3), 0.1, 0),
+                                   Tensor((4,), "int32", data=np.array([4, 0, 2, 2]))],
+         [q8((4, 3), 0.1, 0)], {"axis": 0}),
+    Case("conv-float-same", "CONV_2D",
+         [f32((1, 5, 5, 2)), f32((3, 3, 3, 2), RNG.uniform(-1, 1, (3, 3, 3, 2))),
+          f32((3,), RNG.uniform(-1, 1, 3))], [f32((1, 5, 5, 3))],
+         {"padding": "SAME", "stride_h": 1, "stride_w": 1, "fused_activation_function": "RELU"}),
+    Case("depthwise-float", "DEPTHWISE_CONV_2D",
+         [f32((1, 5, 5, 2)), f32((1, 3, 3, 2), RNG.uniform(-1, 1, (1, 3, 3, 2))),
+          f32((2,), RNG.uniform(-1, 1, 2))], [f32((1, 3, 3, 2))],
+         {"padding": "VALID", "stride_h": 1, "stride_w": 1, "depth_multiplier": 1}),
+    Case("logistic-float", "LOGISTIC", [f32((2, 8))], [f32((2, 8))]),
+    Case("hard-swish-float", "HARD_SWISH", [f32((2, 8))], [f32((2, 8))]),
+]
+
+
+def _inputs(case: Case, rng) -> list[list[np.ndarray]]:
+    graph_inputs = [t for t in case.inputs if t is not None and t.data is None]
+    if case.all_values:
+        t = graph_inputs[0]
+        values = np.arange(256) - (0 if t.dtype == "uint8" else 128)
+        return [[values.astype(t.np_dtype).reshape(t.shape)]]
+    return [[random_input(rng, t) for t in graph_inputs] for _ in range(SAMPLES)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_operator_equals_tflite_reference(case, tmp_path):
+    path = tmp_path / "model.tflite"
+    path.write_bytes(case.model())
+    result = export_model(path, tmp_path / "model.tar")
+    quantized = any(t.scale is not None for t in case.outputs)
+    if quantized:
+        assert not result.quant.fallback, result.quant.fallback
+    model = CModel(result, tmp_path)
+    for xs in _inputs(case, np.random.default_rng(1)):
+        want = reference(case.model(), xs)
+        got = model(*xs)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            if w.dtype.kind == "f":
+                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+            else:
+                diff = np.flatnonzero(g.reshape(-1) != w.reshape(-1))
+                assert diff.size == 0, (f"{diff.size} of {w.size} differ, first at "
+                                        f"{diff[0]}: got {g.reshape(-1)[diff[0]]}, "
+                                        f"want {w.reshape(-1)[diff[0]]}")
+
+
+def test_unsupported_operator_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "model.tflite"
+    path.write_bytes(op_model("SQUARED_DIFFERENCE", [q8((2, 3), 0.1, 0), q8((2, 3), 0.1, 0)],
+                              [q8((2, 3), 0.1, 0)]))
+    with pytest.raises(ExportError) as err:
+        export_model(path, tmp_path / "model.tar")
+    text = err.value.one_line()
+    assert "operator #0 SQUARED_DIFFERENCE (int8 → int8)" in text
+    assert "\n" not in text
+    assert not (tmp_path / "model.tar").exists()
