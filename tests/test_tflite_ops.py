@@ -1,48 +1,19 @@
-"""Our TFLite importer, one operator at a time: each case is a one-operator model built by
-tests/tflite_builder.py, exported, compiled by gcc on the host (tests/c_runner.py) and
-compared byte for byte with TFLite's reference kernels (BUILTIN_REF); float cases within
-1e-5 relative. Unary 8-bit operators run on all 256 input values at once, so the whole
-table is checked."""
+"""Our TFLite importer, one operator at a time (tests/tflite_cases.py): the core operators,
+byte-equal with TFLite's reference kernels."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 
 from generator.errors import ExportError
 from generator.export.api import export_model
-from tests.c_runner import CModel
-from tests.tflite_builder import Tensor, litert_missing, op_model, random_input, reference
+from tests.tflite_builder import Tensor, litert_missing, op_model
+from tests.tflite_cases import ALL, Case, check_case, f32, q8
 
 pytestmark = pytest.mark.skipif(litert_missing() is not None, reason=str(litert_missing()))
-SAMPLES = 4
-
-
-@dataclass
-class Case:
-    id: str
-    op: str
-    inputs: list
-    outputs: list
-    options: dict = field(default_factory=dict)
-    all_values: bool = False  # the one 8-bit input takes each of its 256 values
-
-    def model(self) -> bytes:
-        return op_model(self.op, self.inputs, self.outputs, self.options or None)
-
-
-def q8(shape, scale, zero, dtype="int8", data=None):
-    return Tensor(tuple(shape), dtype, scale, zero, data=data)
-
-
-def f32(shape, data=None):
-    return Tensor(tuple(shape), "float32", data=data)
-
 
 RNG = np.random.default_rng(24)
-ALL = (1, 256)
 
 
 def _conv_case(id_, dtype, depthwise, stride, padding, act, per_channel):
@@ -148,36 +119,9 @@ CASES = [
 ]
 
 
-def _inputs(case: Case, rng) -> list[list[np.ndarray]]:
-    graph_inputs = [t for t in case.inputs if t is not None and t.data is None]
-    if case.all_values:
-        t = graph_inputs[0]
-        values = np.arange(256) - (0 if t.dtype == "uint8" else 128)
-        return [[values.astype(t.np_dtype).reshape(t.shape)]]
-    return [[random_input(rng, t) for t in graph_inputs] for _ in range(SAMPLES)]
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_operator_equals_tflite_reference(case, tmp_path):
-    path = tmp_path / "model.tflite"
-    path.write_bytes(case.model())
-    result = export_model(path, tmp_path / "model.tar")
-    quantized = any(t.scale is not None for t in case.outputs)
-    if quantized:
-        assert not result.quant.fallback, result.quant.fallback
-    model = CModel(result, tmp_path)
-    for xs in _inputs(case, np.random.default_rng(1)):
-        want = reference(case.model(), xs)
-        got = model(*xs)
-        for g, w in zip(got, want, strict=True):
-            assert g.dtype == w.dtype and g.shape == w.shape
-            if w.dtype.kind == "f":
-                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
-            else:
-                diff = np.flatnonzero(g.reshape(-1) != w.reshape(-1))
-                assert diff.size == 0, (f"{diff.size} of {w.size} differ, first at "
-                                        f"{diff[0]}: got {g.reshape(-1)[diff[0]]}, "
-                                        f"want {w.reshape(-1)[diff[0]]}")
+    check_case(case, tmp_path)
 
 
 def test_unsupported_operator_is_one_line_naming_it(tmp_path):

@@ -17,8 +17,18 @@ import numpy as np
 from generator.errors import ExportError
 from generator.export import qkernels
 from generator.export.quantize import QuantReport
-from generator.export.tflite import ops_elementwise, ops_layout, ops_nn  # noqa: F401 (register)
-from generator.export.tflite.convert import CONVERTERS, Context, Unsupported
+
+# the converters register themselves; earlier modules are tried first for an operator
+from generator.export.tflite import (  # noqa: F401
+    ops_elementwise,
+    ops_int16,
+    ops_layout,
+    ops_nn,
+    ops_reduce,
+    ops_sequence,
+    ops_unary,
+)
+from generator.export.tflite.convert import CONVERTERS, Context, Unsupported, convert_op
 from generator.export.tflite.model import TfModel, TfOp, read_tflite
 
 __all__ = ["ImportedModel", "OpStatus", "read_model", "survey", "supported_operators"]
@@ -169,14 +179,8 @@ def _convert(bb, ctx: Context, params: list, failures: list[OpStatus],
                     value = _shift(ctx, param, t.shape, "uint8", "int8")
                 ctx.set(t, value)
             for op in model.ops:
-                conv = CONVERTERS.get(op.code)
                 try:
-                    if conv is None:
-                        raise Unsupported("no converter for this operator")
-                    conv(ctx, op)
-                    missing = [o for o in op.outputs if o not in ctx.values]
-                    if missing:
-                        raise Unsupported("the converter left an output unset")
+                    convert_op(ctx, op)
                 except Exception as exc:  # Unsupported, or a converter's own failure
                     reason = str(exc) if isinstance(exc, Unsupported) else \
                         f"the importer failed ({type(exc).__name__}: {_last_line(exc)})"

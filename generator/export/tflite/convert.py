@@ -34,17 +34,47 @@ class Unsupported(Exception):
     """This operator (with these dtypes or options) has no conversion."""
 
 
+class NotMine(Unsupported):
+    """This converter does not handle these dtypes: another one of the operator may. Its
+    reason is shown only when no converter of the operator says more."""
+
+
 Converter = Callable[["Context", TfOp], None]
-CONVERTERS: dict[str, Converter] = {}
+# builtin operator → its converters, tried in the order they were registered: one that
+# raises Unsupported passes the operator to the next (e.g. float ops in one module, the
+# int16 form of the same operator in another)
+CONVERTERS: dict[str, list[Converter]] = {}
 
 
 def converter(*codes: str) -> Callable[[Converter], Converter]:
     """Register a converter for the builtin operators `codes`."""
     def register(fn: Converter) -> Converter:
         for code in codes:
-            CONVERTERS[code] = fn
+            CONVERTERS.setdefault(code, []).append(fn)
         return fn
     return register
+
+
+def convert_op(ctx: Context, op: TfOp) -> None:
+    """Convert one operator with the first of its converters that takes it, or raise
+    Unsupported with every converter's reason."""
+    convs = CONVERTERS.get(op.code)
+    if not convs:
+        raise Unsupported("no converter for this operator")
+    reasons: list[str] = []
+    passed: list[str] = []
+    for conv in convs:
+        try:
+            conv(ctx, op)
+        except Unsupported as exc:
+            bucket = passed if isinstance(exc, NotMine) else reasons
+            if str(exc) not in bucket:
+                bucket.append(str(exc))
+            continue
+        if any(o not in ctx.values for o in op.outputs):
+            raise Unsupported("the converter left an output unset")
+        return
+    raise Unsupported("; ".join(reasons or passed))
 
 
 @dataclass(frozen=True)

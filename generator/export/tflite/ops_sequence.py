@@ -1,0 +1,1 @@
+"""(placeholder: converters of this group are being written)"""
