@@ -21,9 +21,9 @@ from generator.export.api import TARGET, with_c_input_names
 from generator.export.lower import (
     SYMBOL_PREFIX,
     compile_plain_kernels,
+    fuse,
     kernel_prototypes,
     last_line,
-    relax_pipeline,
 )
 from generator.export.mlf_writer import (
     MLF_VERSION,
@@ -32,7 +32,6 @@ from generator.export.mlf_writer import (
     module_metadata,
     write_archive,
 )
-from generator.export.quantize import integer_rewrite
 from generator.mlf.model import ShapedTensor
 from generator.project.cdata import c_string_literal
 
@@ -137,7 +136,6 @@ def export_model_operators(model_path: Path, dest: Path,
     The kernels are the ones a full-model export of the same file runs, lowered the same way,
     so timing them over the packed entries times the model's own code.
     """
-    import tvm
 
     from generator.export import frontend
 
@@ -146,13 +144,7 @@ def export_model_operators(model_path: Path, dest: Path,
     model_path = Path(model_path)
     mod, _ = frontend.import_model(model_path, shapes or {})
     mod = with_c_input_names(mod)  # kernel parameters are named after main's parameters
-    try:
-        with tvm.transform.PassContext(opt_level=3):
-            mod, _ = integer_rewrite(mod)  # int8 models: the same integer kernels
-            fused = relax_pipeline()(mod)
-    except Exception as exc:
-        raise ExportError(f"TVM could not legalize and fuse the model: {last_line(exc)}") \
-            from exc
+    fused, _, _ = fuse(mod)  # the same integer kernels as a full-model export
     calls, notes = _kernel_calls(fused)
     if not calls:
         raise ExportError(f"{model_path}: the model's main function calls no TIR kernels")
