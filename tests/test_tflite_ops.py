@@ -134,3 +134,53 @@ def test_unsupported_operator_is_one_line_naming_it(tmp_path):
     assert "operator #0 SQUARED_DIFFERENCE (int8 → int8)" in text
     assert "\n" not in text
     assert not (tmp_path / "model.tar").exists()
+
+
+def _float_io_model() -> bytes:
+    """float input → QUANTIZE → CONV_2D → RESHAPE → FULLY_CONNECTED → SOFTMAX → DEQUANTIZE:
+    the common "float outside, int8 inside" layout converters write."""
+    from tests.tflite_builder import ModelBuilder
+
+    rng = np.random.default_rng(5)
+    m = ModelBuilder()
+    x = m.tensor(f32((1, 6, 6, 2)))
+    xq = m.tensor(q8((1, 6, 6, 2), 0.02, 4))
+    w = m.tensor(Tensor((3, 3, 3, 2), "int8", [0.01, 0.02, 0.015], 0,
+                        data=rng.integers(-127, 128, (3, 3, 3, 2))))
+    b = m.tensor(Tensor((3,), "int32", data=rng.integers(-300, 300, 3)))
+    c = m.tensor(q8((1, 6, 6, 3), 0.05, -10))
+    shape = m.tensor(Tensor((2,), "int32", data=np.array([1, 108])))
+    flat = m.tensor(q8((1, 108), 0.05, -10))
+    fw = m.tensor(Tensor((4, 108), "int8", 0.01, 0, data=rng.integers(-127, 128, (4, 108))))
+    fb = m.tensor(Tensor((4,), "int32", data=rng.integers(-300, 300, 4)))
+    logits = m.tensor(q8((1, 4), 0.2, 3))
+    probs = m.tensor(q8((1, 4), 1 / 256, -128))
+    out = m.tensor(f32((1, 4)))
+    m.op("QUANTIZE", [x], [xq])
+    m.op("CONV_2D", [xq, w, b], [c], {"padding": "SAME", "stride_h": 1, "stride_w": 1,
+                                      "fused_activation_function": "RELU"})
+    m.op("RESHAPE", [c, shape], [flat], {"new_shape": [1, 108]})
+    m.op("FULLY_CONNECTED", [flat, fw, fb], [logits])
+    m.op("SOFTMAX", [logits], [probs], {"beta": 1.0})
+    m.op("DEQUANTIZE", [probs], [out])
+    m.inputs(x)
+    m.outputs(out)
+    return m.build()
+
+
+def test_float_outside_int8_inside_is_integer_and_bit_exact(tmp_path):
+    from tests.c_runner import CModel
+    from tests.tflite_builder import reference
+
+    path = tmp_path / "model.tflite"
+    path.write_bytes(_float_io_model())
+    result = export_model(path, tmp_path / "model.tar")
+    assert result.quant.fallback == []
+    assert {"quantize", "conv2d", "dense", "softmax", "dequantize"} <= set(result.quant.integer)
+    assert [t.dtype for t in result.inputs] == ["float32"]
+    assert [t.dtype for t in result.outputs] == ["float32"]
+    model = CModel(result, tmp_path)
+    rng = np.random.default_rng(2)
+    for _ in range(5):
+        x = rng.uniform(-2, 2, (1, 6, 6, 2)).astype(np.float32)
+        assert model(x)[0].tobytes() == reference(path.read_bytes(), [x])[0].tobytes()
