@@ -63,13 +63,19 @@ class Command:
 
 class Info(Command):
     name = "info"
-    help = "summarise an MLF archive (.tar or extracted directory)"
+    help = ("summarise an MLF archive (.tar or extracted directory), or a model file "
+            "(.tflite, .onnx) before export")
 
     def do_add_parser(self, parser):
-        parser.add_argument("archive", type=Path, help="the MLF archive")
+        parser.add_argument("archive", type=Path, metavar="FILE",
+                            help="the MLF archive, or a .tflite/.onnx model")
 
     def do_run(self, args):
+        from generator.export.model_info import is_model_file
         from generator.mlf import read_mlf
+
+        if is_model_file(args.archive):
+            return self.model_report(args)
 
         archive = read_mlf(args.archive)
         if args.json:
@@ -97,6 +103,8 @@ class Info(Command):
                 print(f"  plan    activations {m.plan.pool_bytes} B in one pool "
                       f"({m.plan.tensors} tensors); lower bound {m.plan.lower_bound_bytes} B "
                       f"({m.plan.ratio:.2f}x)")
+            for note in m.notes:
+                print(f"  note    {note}")
             for p in m.pools:
                 where = "declared by the model" if p.internal else "provided by the app"
                 print(f"  pool    {p.name}: {_fmt_bytes(p.size_bytes)} ({p.kind}, {where})")
@@ -124,6 +132,18 @@ class Info(Command):
                           "own shapes are used")
                 for problem in g.problems:
                     print(f"  cannot  {problem}")
+        return EXIT_OK
+
+    def model_report(self, args) -> int:
+        """What export would make of a model file (unsupported operators are not an error)."""
+        from generator.export.model_info import model_info, report_lines
+
+        info = model_info(args.archive)
+        if args.json:
+            self.emit_json(info.to_json())
+            return EXIT_OK
+        for line in report_lines(info):
+            print(line)
         return EXIT_OK
 
 

@@ -126,12 +126,13 @@ def test_operator_equals_tflite_reference(case, tmp_path):
 
 def test_unsupported_operator_is_one_line_naming_it(tmp_path):
     path = tmp_path / "model.tflite"
-    path.write_bytes(op_model("SQUARED_DIFFERENCE", [q8((2, 3), 0.1, 0), q8((2, 3), 0.1, 0)],
-                              [q8((2, 3), 0.1, 0)]))
+    # TFLite has no uint8 SQUARED_DIFFERENCE either
+    u8 = [q8((2, 3), 0.1, 128, "uint8") for _ in range(3)]
+    path.write_bytes(op_model("SQUARED_DIFFERENCE", u8[:2], u8[2:]))
     with pytest.raises(ExportError) as err:
         export_model(path, tmp_path / "model.tar")
     text = err.value.one_line()
-    assert "operator #0 SQUARED_DIFFERENCE (int8 → int8)" in text
+    assert "operator #0 SQUARED_DIFFERENCE (uint8 → uint8)" in text
     assert "\n" not in text
     assert not (tmp_path / "model.tar").exists()
 

@@ -223,6 +223,8 @@ class ModuleInfo:
     accelerators: list[AcceleratorUse] = field(default_factory=list)
     # Operator-style archives: the operators, in registry order.
     operators: list[OperatorInfo] = field(default_factory=list)
+    # What the reader decided on the archive's behalf (e.g. a wrong size macro overruled).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def mangled(self) -> str:

@@ -216,6 +216,7 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
             raise MlfError(f"{where}: graph executor archive without {graph_path}")
 
     graph = None
+    notes: list[str] = []
     if graph_path is not None:
         graph = parse_graph(files.text(graph_path), f"{where}: {graph_path}")
         gio = graph_io(graph, _graph_param_names(graph, params, files.has(params_path),
@@ -229,10 +230,12 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
     else:
         c_names = (_v8_c_names(info, where) if version >= 8
                    else {"inputs": {}, "outputs": {}})
+        meta_shapes = ({kind: _v8_declared_shapes(info.get(kind)) for kind in ("inputs", "outputs")}
+                       if version >= 8 else {"inputs": {}, "outputs": {}})
         inputs = _resolve_inputs(where, name, main, header, relay, {p.name for p in params},
-                                 c_names["inputs"])
+                                 c_names["inputs"], meta_shapes["inputs"], notes)
         outputs = _resolve_outputs(where, name, main, header, relay, inputs,
-                                   c_names["outputs"])
+                                   c_names["outputs"], meta_shapes["outputs"], notes)
     abi, plan, accelerators = None, None, []
     if version >= 8:
         abi, plan = _v8_abi_and_plan(info, where, "full-model")
@@ -298,6 +301,7 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
         abi=abi,
         plan=plan,
         accelerators=accelerators,
+        notes=notes,
     )
 
 
@@ -658,19 +662,75 @@ def _declared(main: dict, kind: str) -> dict[str, dict]:
     return entries if isinstance(entries, dict) else {}
 
 
+def _v8_declared_shapes(listed: object) -> dict[str, list[int]]:
+    """Name → shape, from version 8 metadata's `inputs`/`outputs` lists (schema-checked)."""
+    out: dict[str, list[int]] = {}
+    for t in listed if isinstance(listed, list) else []:
+        if isinstance(t, dict) and isinstance(t.get("name"), str) \
+                and isinstance(t.get("shape"), list):
+            out[t["name"]] = t["shape"]
+    return out
+
+
+def _witness(relay, relay_decl: ShapedTensor | None, meta: dict, name: str,
+             meta_shapes: dict[str, list[int]]) -> tuple[str, ShapedTensor | None] | None:
+    """What else tells a tensor's size, with a description of the source: its Relay
+    declaration; the Relay text without a declaration of it (it exists but cannot
+    contradict: TVM does not always annotate the result); or, without Relay text, version 8
+    metadata's own shape and dtype. None: nothing."""
+    if relay_decl is not None:
+        return "the Relay text", relay_decl
+    if relay is not None:
+        return "the Relay text", None
+    shape, dtype = meta_shapes.get(name), meta.get(name, {}).get("dtype")
+    if shape is None or not isinstance(dtype, str):
+        return None
+    try:
+        dtype_bits(dtype)
+    except ValueError:
+        return None
+    return "its declared shape", ShapedTensor(name, tuple(shape), dtype)
+
+
 def _io_size(where: str, what: str, name: str, declared: dict, header, mod: str,
-             member: str | None) -> int | None:
-    """A tensor's size from the metadata and the header macro, which must agree."""
+             member: str | None,
+             witness: tuple[str, ShapedTensor | None] | None = None,
+             notes: list[str] | None = None) -> int | None:
+    """A tensor's size from the metadata and the header macro.
+
+    When the two disagree, the tensor's declaration decides (`witness`: its Relay
+    declaration, or version 8 metadata's shape and dtype). TVM 0.11-era archives with USMP
+    write nonsense `*_SIZE` macros while metadata.json holds the true size: metadata the
+    declaration confirms (or Relay text that does not declare the tensor leaves standing) is
+    used and the header overruled, with a note; metadata the declaration contradicts, or a
+    disagreement with neither Relay text nor a declared shape, is refused.
+    """
     meta_size = declared.get(name, {}).get("size")
     header_size = header.io_size(mod, member) if header is not None and member else None
-    if meta_size is not None and header_size is not None and meta_size != header_size:
+    if meta_size is None or header_size is None or meta_size == header_size:
+        return meta_size if meta_size is not None else header_size
+    macro = header.io_size_macro(mod, member)
+    if witness is None:
         raise MlfError(f"{where}: {what} '{name}' has {meta_size} bytes in metadata.json but "
-                       f"{header_size} in the C interface header")
-    return meta_size if meta_size is not None else header_size
+                       f"{header_size} in the C interface header ({macro}), and no Relay "
+                       "declaration of it tells which is right")
+    source, decl = witness
+    if decl is not None and decl.size_bytes != meta_size:
+        shape = "x".join(map(str, decl.shape))
+        raise MlfError(f"{where}: {what} '{name}' has {meta_size} bytes in metadata.json but "
+                       f"{source} gives {decl.dtype}[{shape}] = {decl.size_bytes} bytes "
+                       f"(and header macro {macro} says {header_size})")
+    if notes is not None:
+        agree = (f"metadata and {source} say {meta_size} B" if decl is not None else
+                 f"metadata says {meta_size} B ({source} does not declare its shape)")
+        notes.append(f"header macro {macro} says {header_size} B; {agree}: using {meta_size}")
+    return meta_size
 
 
 def _resolve_inputs(where: str, mod: str, main: dict, header, relay,
-                    param_names: set[str], c_names: dict[str, str]) -> list[TensorInfo]:
+                    param_names: set[str], c_names: dict[str, str],
+                    meta_shapes: dict[str, list[int]] | None = None,
+                    notes: list[str] | None = None) -> list[TensorInfo]:
     meta_in = _declared(main, "inputs")
     relay_params = {p.name: p for p in relay.params} if relay else {}
     members: list[str | None]
@@ -694,7 +754,8 @@ def _resolve_inputs(where: str, mod: str, main: dict, header, relay,
     for n, member in zip(names, members, strict=True):
         rp = relay_params.get(n)
         dtype = meta_in.get(n, {}).get("dtype") or (rp.dtype if rp else None)
-        size = _io_size(where, "input", n, meta_in, header, mod, member)
+        size = _io_size(where, "input", n, meta_in, header, mod, member,
+                        _witness(relay, rp, meta_in, n, meta_shapes or {}), notes)
         if size is None and rp is not None:
             size = rp.size_bytes
         if dtype is None or size is None:
@@ -706,7 +767,9 @@ def _resolve_inputs(where: str, mod: str, main: dict, header, relay,
 
 
 def _resolve_outputs(where: str, mod: str, main: dict, header, relay,
-                     inputs: list[TensorInfo], c_names: dict[str, str]) -> list[TensorInfo]:
+                     inputs: list[TensorInfo], c_names: dict[str, str],
+                     meta_shapes: dict[str, list[int]] | None = None,
+                     notes: list[str] | None = None) -> list[TensorInfo]:
     meta_out = _declared(main, "outputs")
     members: list[str | None]
     if header is not None and header.outputs:
@@ -720,7 +783,8 @@ def _resolve_outputs(where: str, mod: str, main: dict, header, relay,
     single = relay.result if relay is not None and len(names) == 1 else None
     result = []
     for n, member in zip(names, members, strict=True):
-        size = _io_size(where, "output", n, meta_out, header, mod, member)
+        size = _io_size(where, "output", n, meta_out, header, mod, member,
+                        _witness(relay, single, meta_out, n, meta_shapes or {}), notes)
         if size is None and single is not None:
             size = single.size_bytes
         if size is None and len(names) == 1 and main.get("io_size_bytes"):

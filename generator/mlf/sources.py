@@ -120,7 +120,12 @@ class InterfaceHeader:
     io_in_pools: bool
 
     def io_size(self, mod: str, member: str) -> int | None:
-        return self.sizes.get(f"TVMGEN_{mod.upper()}_{c_identifier(member).upper()}_SIZE")
+        return self.sizes.get(self.io_size_macro(mod, member))
+
+    @staticmethod
+    def io_size_macro(mod: str, member: str) -> str:
+        """The name of a struct member's size macro (`TVMGEN_<MOD>_<MEMBER>_SIZE`)."""
+        return f"TVMGEN_{mod.upper()}_{c_identifier(member).upper()}_SIZE"
 
     def pool_size(self, mod: str, pool: str) -> int | None:
         name = f"TVMGEN_{mod.upper()}_{c_identifier(pool).upper()}_WORKSPACE_POOL_SIZE"
