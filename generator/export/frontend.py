@@ -66,6 +66,11 @@ def _import_onnx(path: Path, shapes: dict[str, tuple[int, ...]]):
     if unknown:
         raise ExportError(f"{path}: --input-shape names {', '.join(unknown)}, but the model's "
                           f"inputs are {', '.join(i.name for i in real_inputs)}")
+    from generator.export import onnx_qdq
+
+    if onnx_qdq.is_quantized(model):  # our importer: integer kernels, ONNX Runtime's arithmetic
+        imported = onnx_qdq.import_qdq(model, path, shapes)
+        return imported, imported.output_names
     shape_dict = {}
     for inp in real_inputs:
         dims = inp.type.tensor_type.shape.dim

@@ -200,7 +200,8 @@ def _convert(bb, ctx: Context, params: list, failures: list[OpStatus],
                 t = model.tensors[i]
                 value = ctx.values[i]
                 if not isinstance(value, relax.Var):
-                    value = ctx.emit(relax.op.add(value, relax.const(np.zeros((), value.ty.dtype))))
+                    value = ctx.emit(relax.op.add(
+                        value, relax.const(np.zeros((), str(value.ty.dtype)))))
                 if t.dtype == "uint8" and t.quant is not None:
                     value = _shift(ctx, value, t.shape, "int8", "uint8")
                 results.append(bb.emit_output(value))

@@ -15,7 +15,9 @@ frontend).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,7 +85,24 @@ class QInfo:
 
     scale: float
     zero: int  # in the int8 domain (a uint8 zero point − 128)
-    dtype: str  # the model's dtype: int8 or uint8
+    dtype: str  # the model's dtype: int8 or uint8 (int16 inside `accept_int16`)
+
+
+# int16 activations reach only the converters that know them: `qinfo` takes an int16
+# tensor inside `accept_int16()` (ops_int16's converters, and the layout converters they
+# run), so an 8-bit converter never mistakes one for int8
+_INT16_ACCEPTED: contextvars.ContextVar[bool] = contextvars.ContextVar("int16_accepted",
+                                                                       default=False)
+
+
+@contextlib.contextmanager
+def accept_int16() -> Iterator[None]:
+    """Inside the block, `Context.qinfo` takes int16 tensors (zero point as in the file)."""
+    token = _INT16_ACCEPTED.set(True)
+    try:
+        yield
+    finally:
+        _INT16_ACCEPTED.reset(token)
 
 
 def int8_offset(dtype: str) -> int:
@@ -91,6 +110,8 @@ def int8_offset(dtype: str) -> int:
         return 0
     if dtype == "uint8":
         return UINT8_OFFSET
+    if dtype == "int16":
+        raise Unsupported("int16 tensors quantized differently (no 8-bit table for them)")
     raise Unsupported(f"{dtype} activations")
 
 
@@ -148,14 +169,16 @@ class Context:
         self.values[t.index] = expr
 
     def qinfo(self, t: TfTensor) -> QInfo:
-        """A per-tensor quantized int8/uint8 activation's parameters."""
-        if t.dtype not in INTEGER_DTYPES:
+        """A per-tensor quantized int8/uint8 activation's parameters (int16 too inside
+        `accept_int16`)."""
+        int16 = t.dtype == "int16" and _INT16_ACCEPTED.get()
+        if t.dtype not in INTEGER_DTYPES and not int16:
             raise Unsupported(f"{t.dtype} tensor where int8 or uint8 was expected")
         if t.quant is None:
             raise Unsupported(f"{t.dtype} tensor without quantization")
         if not t.quant.per_tensor:
             raise Unsupported("per-channel activation quantization")
-        return QInfo(t.quant.s, t.quant.z - int8_offset(t.dtype), t.dtype)
+        return QInfo(t.quant.s, t.quant.z - (0 if int16 else int8_offset(t.dtype)), t.dtype)
 
     def is_quantized(self, t: TfTensor) -> bool:
         return t.quant is not None and t.dtype in ("int8", "uint8", "int16")

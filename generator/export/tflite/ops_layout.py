@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from generator.export import qkernels
+from generator.export.fixedpoint import round_half_away
 from generator.export.tflite import lut
 from generator.export.tflite.convert import (
     Context,
@@ -114,13 +115,22 @@ def pad(ctx: Context, op: TfOp) -> None:
 
 @converter("MIRROR_PAD")
 def mirror_pad(ctx: Context, op: TfOp) -> None:
+    """REFLECT (the edge not repeated) or SYMMETRIC (repeated): each padded axis gathers
+    its source indices."""
     from tvm import relax
 
-    widths = [v for pair in _paddings(ctx, op) for v in pair]
+    x_t = ctx.need(op, 0)
     mode = "reflect" if int(op.options.Mode()) == 0 else "symmetric"
-    if mode != "reflect":
-        raise Unsupported("symmetric mirror pad")
-    _layout(ctx, op, lambda x: relax.op.nn.pad(x, widths, pad_mode="reflect"))
+    pairs = _paddings(ctx, op)
+
+    def make(x):
+        for axis, (before, after) in enumerate(pairs):
+            if before or after:
+                idx = np.pad(np.arange(x_t.shape[axis]), (before, after), mode=mode)
+                x = relax.op.take(x, relax.const(idx.astype(np.int32)), axis=axis)
+        return x
+
+    _layout(ctx, op, make)
 
 
 @converter("SLICE")
@@ -135,6 +145,27 @@ def slice_(ctx: Context, op: TfOp) -> None:
     _layout(ctx, op, lambda x: relax.op.strided_slice(x, axes, begin, end))
 
 
+def _slice_indices(size: int, begin: int, end: int, stride: int, begin_masked: bool,
+                   end_masked: bool, shrink: bool) -> list[int]:
+    """The indices TFLite's strided slice reads along one axis (StartForAxis and
+    StopForAxis: masks, negative indices counted from the end, clamping)."""
+    if size == 0:
+        return []
+    if begin_masked:
+        begin = -(1 << 31) if stride > 0 else (1 << 31) - 1
+    if begin < 0:
+        begin += size
+    begin = min(max(begin, 0), size) if stride > 0 else min(max(begin, -1), size - 1)
+    if shrink:
+        return [begin]
+    if end_masked:
+        end = (1 << 31) - 1 if stride > 0 else -(1 << 31)
+    if end < 0:
+        end += size
+    end = min(max(end, 0), size) if stride > 0 else min(max(end, -1), size - 1)
+    return list(range(begin, end, stride))
+
+
 @converter("STRIDED_SLICE")
 def strided_slice(ctx: Context, op: TfOp) -> None:
     from tvm import relax
@@ -143,25 +174,34 @@ def strided_slice(ctx: Context, op: TfOp) -> None:
     o = op.options
     if int(o.EllipsisMask()) or int(o.NewAxisMask()):
         raise Unsupported("ellipsis or new-axis masks")
+    if hasattr(o, "Offset") and bool(o.Offset()):
+        raise Unsupported("strided slice with offset")
     begin = [int(v) for v in ctx.const(ctx.need(op, 1), "begin").reshape(-1)]
     end = [int(v) for v in ctx.const(ctx.need(op, 2), "end").reshape(-1)]
     strides = [int(v) for v in ctx.const(ctx.need(op, 3), "strides").reshape(-1)]
-    rank = len(x_t.shape)
-    big = 1 << 30
-    for i in range(len(begin)):
-        if int(o.BeginMask()) >> i & 1:
-            begin[i] = 0 if strides[i] > 0 else big
-        if int(o.EndMask()) >> i & 1:
-            end[i] = big if strides[i] > 0 else -big
-        if int(o.ShrinkAxisMask()) >> i & 1:
-            end[i] = begin[i] + 1 if begin[i] != -1 else big
-            strides[i] = 1
-    axes = list(range(len(begin)))
-    assert len(axes) <= rank
+    if len(begin) > len(x_t.shape) or 0 in strides:
+        raise Unsupported("strided slice of more axes than the input has, or stride 0")
+    picks = []
+    for i, size in enumerate(x_t.shape):
+        if i >= len(begin):
+            picks.append(list(range(size)))
+            continue
+        picks.append(_slice_indices(size, begin[i], end[i], strides[i],
+                                    bool(int(o.BeginMask()) >> i & 1),
+                                    bool(int(o.EndMask()) >> i & 1),
+                                    bool(int(o.ShrinkAxisMask()) >> i & 1)))
 
     def make(x):
-        y = relax.op.strided_slice(x, axes, begin, end, strides)
-        return relax.op.reshape(y, out_t.shape)
+        for axis, idx in enumerate(picks):
+            size = x_t.shape[axis]
+            if idx == list(range(size)):
+                continue
+            step = idx[1] - idx[0] if len(idx) > 1 else 1
+            if idx and step > 0 and idx == list(range(idx[0], idx[-1] + 1, step)):
+                x = relax.op.strided_slice(x, [axis], [idx[0]], [idx[-1] + 1], [step])
+            else:
+                x = relax.op.take(x, relax.const(np.array(idx, np.int32)), axis=axis)
+        return relax.op.reshape(x, out_t.shape)
 
     _layout(ctx, op, make)
 
@@ -259,12 +299,16 @@ def resize_nearest(ctx: Context, op: TfOp) -> None:
     align, half = bool(o.AlignCorners()), bool(o.HalfPixelCenters())
 
     def source(out_size: int, in_size: int) -> list[int]:
-        scale = (in_size - 1) / (out_size - 1) if align and out_size > 1 else in_size / out_size
+        """TFLite's GetNearestNeighbor: float32 scale and offset, TfLiteRound (half away
+        from zero) with align_corners, floor otherwise."""
+        f = np.float32
+        scale = f(in_size - 1) / f(out_size - 1) if align and out_size > 1 else \
+            f(in_size) / f(out_size)
+        offset = f(0.5) if half else f(0.0)
         idx = []
         for i in range(out_size):
-            offset = 0.5 if half else 0.0
-            v = (i + offset) * np.float32(scale)
-            v = round(v) if align else int(np.floor(v))
+            v = f(f(f(i) + offset) * scale)
+            v = round_half_away(v) if align else int(np.floor(v))
             idx.append(min(max(int(v), 0), in_size - 1))
         return idx
 
@@ -278,15 +322,5 @@ def shape(ctx: Context, op: TfOp) -> None:
     from tvm import relax
 
     x_t, out_t = ctx.need(op, 0), ctx.out(op)
-    ctx.set(out_t, relax.const(np.array(x_t.shape, dtype=out_t.dtype)))
-
-
-@converter("ARG_MAX", "ARG_MIN")
-def arg_max(ctx: Context, op: TfOp) -> None:
-    from tvm import relax
-
-    x_t, out_t = ctx.need(op, 0), ctx.out(op)
-    axis = int(ctx.const(ctx.need(op, 1), "the axis").reshape(-1)[0]) % len(x_t.shape)
-    fn = relax.op.argmax if op.code == "ARG_MAX" else relax.op.argmin
-    y = ctx.emit(fn(ctx.value(x_t), axis=axis))
-    ctx.emit(relax.op.astype(y, out_t.dtype), out_t)
+    # bound to a variable: a model output that is a bare constant fails in the importer
+    ctx.emit(relax.const(np.array(x_t.shape, dtype=out_t.dtype)), out_t)
