@@ -185,3 +185,22 @@ def test_float_outside_int8_inside_is_integer_and_bit_exact(tmp_path):
     for _ in range(5):
         x = rng.uniform(-2, 2, (1, 6, 6, 2)).astype(np.float32)
         assert model(x)[0].tobytes() == reference(path.read_bytes(), [x])[0].tobytes()
+
+
+@pytest.mark.parametrize("op", ["ADD", "SUB", "MUL"])
+def test_binary_int8_on_every_pair_of_values(op, tmp_path):
+    """Every int8 pair (a column of 256 values against a row of 256: 65,536 outputs), for
+    scales whose ratios make the rescaling steps hit exact ties."""
+    from tests.c_runner import CModel
+    from tests.tflite_builder import reference
+
+    a, b = q8((256, 1), 0.0517, 3), q8((1, 256), 0.0517 * (1 + 2 ** -10), -5)
+    out = q8((256, 256), 0.1034 if op != "MUL" else 0.0123, 1)
+    path = tmp_path / "model.tflite"
+    path.write_bytes(op_model(op, [a, b], [out]))
+    result = export_model(path, tmp_path / "model.tar")
+    values = np.arange(-128, 128, dtype=np.int8)
+    xs = [values.reshape(256, 1), values.reshape(1, 256)]
+    got = CModel(result, tmp_path)(*xs)[0]
+    want = reference(path.read_bytes(), xs)[0]
+    assert np.count_nonzero(got != want) == 0

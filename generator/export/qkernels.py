@@ -71,9 +71,13 @@ class Requant:
 class Kernel:
     func: tirx.PrimFunc
     constants: list[np.ndarray]  # passed after the activations, in this order
+    roles: tuple[str, ...] | None = None  # what each constant is, when not the default
 
     def constant_roles(self) -> list[str]:
-        """What each constant is: weights, bias, then requantization parameters."""
+        """What each constant is: weights, bias, then requantization parameters (unless
+        the kernel says otherwise: tables, scales)."""
+        if self.roles is not None:
+            return list(self.roles)
         return ["weights", "bias", "requant", "requant"][:len(self.constants)]
 
 
@@ -409,9 +413,11 @@ def shift_domain(shape: tuple[int, ...], src: str, dst: str) -> Kernel:
 def add(a_shape: tuple[int, ...], b_shape: tuple[int, ...], out_shape: tuple[int, ...],
         a_offset: int, b_offset: int, a_mult: tuple[int, int], b_mult: tuple[int, int],
         out_mult: tuple[int, int], left_shift: int, zero_out: int, act_min: int,
-        act_max: int) -> Kernel:
+        act_max: int, subtract: bool = False) -> Kernel:
     """TFLite's int8 add (numpy broadcasting): both inputs shifted left, rescaled to a
-    common scale, summed, and rescaled to the output."""
+    common scale, summed (or, for SUB, the second taken from the first: TFLite subtracts
+    the rescaled values, which rounds ties unlike adding a negated multiplier), and
+    rescaled to the output."""
 
     def index(shape, idx):
         lead = len(idx) - len(shape)
@@ -426,12 +432,13 @@ def add(a_shape: tuple[int, ...], b_shape: tuple[int, ...], out_shape: tuple[int
                 * (1 << left_shift)
             return ar.shared(multiply_by_quantized_multiplier(ar, ar.shared(v), *mult))
 
-        total = ar.shared(scaled(a, a_shape, a_offset, a_mult)
-                          + scaled(b, b_shape, b_offset, b_mult))
+        first = scaled(a, a_shape, a_offset, a_mult)
+        second = scaled(b, b_shape, b_offset, b_mult)
+        total = ar.shared(first - second if subtract else first + second)
         out = multiply_by_quantized_multiplier(ar, total, out_mult[0], out_mult[1])
         return _clamp_int8(out + zero_out, act_min, act_max)
 
-    return _pointwise([a_shape, b_shape], out_shape, element, "add")
+    return _pointwise([a_shape, b_shape], out_shape, element, "sub" if subtract else "add")
 
 
 def _pointwise(in_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...], element,
@@ -586,7 +593,7 @@ def lookup(shape: tuple[int, ...], table: np.ndarray) -> Kernel:
     x = te.placeholder(shape, "int8", "x")
     t = te.placeholder((256,), dtype, "table")
     out = te.compute(shape, lambda *i: t[x[i].astype("int32") + 128], name="out")
-    return Kernel(_func([x, t, out]), [table])
+    return Kernel(_func([x, t, out]), [table], ("table",))
 
 
 def binary(a_shape: tuple[int, ...], b_shape: tuple[int, ...], out_shape: tuple[int, ...],
@@ -617,17 +624,18 @@ def quantize_float(shape: tuple[int, ...], scale: float, zero: int, lo: int, hi:
                    offset: int = 0) -> Kernel:
     """TFLite's AffineQuantize of float32 values: round(x / scale) (in double, half away
     from zero) + zero, clamped to [lo, hi]; minus `offset` (128 for a uint8 result carried
-    as int8)."""
+    as int8). The scale is a float64 constant array, not a literal in the C (TVM prints
+    float literals with 7 significant digits), and the rounded value is clamped in double to
+    small integers before the cast to int32."""
     x = te.placeholder(shape, "float32", "x")
+    s = te.placeholder((1,), "float64", "scale")
 
     def element(*i):
-        v = x[i].astype("float64") / tirx.const(float(scale), "float64")
+        v = x[i].astype("float64") / s[0]
         r = tirx.Select(v >= 0, tirx.floor(v + 0.5), tirx.ceil(v - 0.5))
-        r = tirx.max(tirx.min(r, tirx.const(2.0 ** 31 - 1, "float64")),
-                     tirx.const(-2.0 ** 31, "float64"))
-        q = r.astype("int32") + zero
-        return (tirx.max(tirx.min(q, tirx.const(hi, "int32")), tirx.const(lo, "int32"))
-                - offset).astype("int8")
+        r = tirx.max(tirx.min(r, tirx.const(hi - zero, "float64")),
+                     tirx.const(lo - zero, "float64"))
+        return (r.astype("int32") + (zero - offset)).astype("int8")
 
     out = te.compute(shape, element, name="out")
-    return Kernel(_func([x, out]), [])
+    return Kernel(_func([x, s, out]), [np.array([scale], np.float64)], ("requant",))

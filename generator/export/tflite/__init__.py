@@ -28,7 +28,13 @@ from generator.export.tflite import (  # noqa: F401
     ops_sequence,
     ops_unary,
 )
-from generator.export.tflite.convert import CONVERTERS, Context, Unsupported, convert_op
+from generator.export.tflite.convert import (
+    CONVERTERS,
+    Context,
+    Unsupported,
+    const,
+    convert_op,
+)
 from generator.export.tflite.model import TfModel, TfOp, read_tflite
 
 __all__ = ["ImportedModel", "OpStatus", "read_model", "survey", "supported_operators"]
@@ -192,7 +198,7 @@ def _convert(bb, ctx: Context, params: list, failures: list[OpStatus],
                         t = model.tensors[o]
                         dtype = "int8" if t.dtype == "uint8" and t.quant else t.dtype
                         if not dtype.startswith("type "):
-                            ctx.set(t, relax.const(np.zeros(t.shape, dtype)))
+                            ctx.set(t, const(np.zeros(t.shape, dtype)))
             if failures and stop_at_first:
                 raise _Stopped
             results = []
@@ -201,7 +207,7 @@ def _convert(bb, ctx: Context, params: list, failures: list[OpStatus],
                 value = ctx.values[i]
                 if not isinstance(value, relax.Var):
                     value = ctx.emit(relax.op.add(
-                        value, relax.const(np.zeros((), str(value.ty.dtype)))))
+                        value, const(np.zeros((), str(value.ty.dtype)))))
                 if t.dtype == "uint8" and t.quant is not None:
                     value = _shift(ctx, value, t.shape, "int8", "uint8")
                 results.append(bb.emit_output(value))

@@ -152,7 +152,6 @@ class Context:
     def value(self, t: TfTensor):
         """The Relax expression of a tensor: an activation, or a constant (uint8 carried as
         int8)."""
-        from tvm import relax
 
         if t.index in self.values:
             return self.values[t.index]
@@ -161,7 +160,7 @@ class Context:
         data = t.data
         if t.dtype == "uint8" and t.quant is not None:
             data = (data.astype(np.int16) - UINT8_OFFSET).astype(np.int8)
-        expr = relax.const(np.ascontiguousarray(data))
+        expr = const(data)
         self.values[t.index] = expr
         return expr
 
@@ -203,7 +202,7 @@ class Context:
         gv = self.bb.add_func(func, f"q_{kind}")
         if op is not None:
             self.report.ops[gv.name_hint] = op
-        consts = [relax.const(c) for c in kernel.constants]
+        consts = [const(c) for c in kernel.constants]
         shape = out.shape if out_shape is None else out_shape
         call = relax.call_tir(gv, [*args, *consts], relax.TensorType(shape, out_dtype))
         self.report.integer.append(kind)
@@ -216,6 +215,15 @@ class Context:
 
 
 # ---- helpers shared by the converters ----------------------------------------------------
+
+def const(array: np.ndarray):
+    """A Relax constant of exactly `array`'s dtype (relax.const alone narrows int64 to int32
+    and float64 to float32)."""
+    from tvm import relax
+
+    array = np.ascontiguousarray(array)
+    return relax.const(array, str(array.dtype))
+
 
 ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH",
                5: "SIGN_BIT", 6: "SIGMOID"}

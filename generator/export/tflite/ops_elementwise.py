@@ -14,6 +14,7 @@ from generator.export.tflite.convert import (
     activation_name,
     activation_range,
     all_float,
+    const,
     converter,
     float_activation,
     int8_offset,
@@ -49,10 +50,9 @@ def add_sub(ctx: Context, op: TfOp) -> None:
     mult_a = quantize_multiplier(a.scale / twice_max)
     mult_b = quantize_multiplier(b.scale / twice_max)
     mult_out = quantize_multiplier(twice_max / ((1 << ADD_LEFT_SHIFT) * out.scale))
-    if op.code == "SUB":
-        mult_b = (-mult_b[0], mult_b[1])
     kernel = qkernels.add(a_t.shape, b_t.shape, out_t.shape, -a.zero, -b.zero, mult_a,
-                          mult_b, mult_out, ADD_LEFT_SHIFT, out.zero, *act)
+                          mult_b, mult_out, ADD_LEFT_SHIFT, out.zero, *act,
+                          subtract=op.code == "SUB")
     qop = None
     if op.code == "ADD":
         qop = QuantizedOp("add", (a_t.shape, b_t.shape), out_t.shape, {
@@ -70,7 +70,9 @@ def mul(ctx: Context, op: TfOp) -> None:
         return _binary_float(ctx, op, a_t, b_t, out_t)
     a, b, out = ctx.qinfo(a_t), ctx.qinfo(b_t), ctx.qinfo(out_t)
     lo, hi = activation_range(activation_name(op.options), out.scale, out.zero)
-    multiplier, shift = quantize_multiplier(float(np.float64(a.scale) * b.scale / out.scale))
+    # mul.cc: the scales multiplied and divided in float32, then widened
+    f = np.float32
+    multiplier, shift = quantize_multiplier(float(f(f(a.scale) * f(b.scale)) / f(out.scale)))
 
     def element(ar, va, vb):
         product = ar.shared((va - a.zero) * (vb - b.zero))
@@ -129,7 +131,6 @@ def dequantize(ctx: Context, op: TfOp) -> None:
     if out_t.dtype != "float32":
         raise Unsupported(f"dequantize to {out_t.dtype}")
     if x_t.is_const:  # float16 or int8 weights made float at load time: a constant
-        from tvm import relax
 
         data = x_t.data.astype(np.float32)
         if x_t.quant is not None and x_t.dtype != "float16":
@@ -141,7 +142,7 @@ def dequantize(ctx: Context, op: TfOp) -> None:
             else:
                 scale, zero = x_t.quant.scale, x_t.quant.zero
             data = (scale * (x_t.data.astype(np.float64) - zero)).astype(np.float32)
-        ctx.set(out_t, relax.const(np.ascontiguousarray(data.reshape(out_t.shape))))
+        ctx.set(out_t, const(data.reshape(out_t.shape)))
         return
     x = ctx.qinfo(x_t)
     _table(ctx, op, "dequantize", lut.dequantize(x.dtype, x.scale, x.zero + int8_offset(x.dtype)))

@@ -14,6 +14,7 @@ from generator.export.tflite.convert import (
     Context,
     Unsupported,
     all_float,
+    const,
     converter,
     int8_offset,
 )
@@ -319,8 +320,7 @@ def resize_nearest(ctx: Context, op: TfOp) -> None:
 
 @converter("SHAPE")
 def shape(ctx: Context, op: TfOp) -> None:
-    from tvm import relax
 
     x_t, out_t = ctx.need(op, 0), ctx.out(op)
     # bound to a variable: a model output that is a bare constant fails in the importer
-    ctx.emit(relax.const(np.array(x_t.shape, dtype=out_t.dtype)), out_t)
+    ctx.emit(const(np.array(x_t.shape, dtype=out_t.dtype)), out_t)

@@ -477,7 +477,7 @@ def resize_bilinear_kernel(in_shape: tuple[int, ...], out_shape: tuple[int, ...]
 
     out = te.compute(out_shape, element, name="out")
     func = te.create_prim_func([x, ry, wy, rx, wx, out]).without_attr("global_symbol")
-    return qkernels.Kernel(func, [rows[0], rows[1], cols[0], cols[1]])
+    return qkernels.Kernel(func, [rows[0], rows[1], cols[0], cols[1]], ("table",) * 4)
 
 
 @converter("RESIZE_BILINEAR")
