@@ -21,6 +21,7 @@ from generator.errors import ExportError, MlfError
 from generator.export.api import export_model
 from generator.mlf import read_mlf
 from tests.c_runner import CModel
+from tests.conftest import require_board_tools
 
 onnx = pytest.importorskip("onnx", reason="needs the onnx package")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -185,12 +186,14 @@ def test_pytorch_style_onnx_exports_and_computes(tmp_path, input_name, input_c, 
 
 
 @pytest.mark.slow
-def test_generate_and_run_by_either_name(tmp_path, capsys):
+@pytest.mark.parametrize("board", ["host", "qemu-mps2-an385"])
+def test_generate_and_run_by_either_name(tmp_path, capsys, board):
+    require_board_tools(board)
     model = _torch_style_model(tmp_path / "torch.onnx")
     archive = tmp_path / "m.tar"
     assert main(["export", str(model), "-o", str(archive)]) == 0
     project = tmp_path / "project"
-    assert main(["generate", str(archive), "--board", "host", "-o", str(project)]) == 0
+    assert main(["generate", str(archive), "--board", board, "-o", str(project)]) == 0
     listed = json.loads((project / "project.json").read_text())["module"]
     assert [(t["name"], t["c_name"]) for t in listed["inputs"]] == [("input.1", "input_1")]
     glue = (project / "app" / "model_glue.c").read_text()
