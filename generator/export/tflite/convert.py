@@ -75,6 +75,8 @@ def convert_op(ctx: Context, op: TfOp) -> None:
             continue
         if any(o not in ctx.values for o in op.outputs):
             raise Unsupported("the converter left an output unset")
+        for o in op.outputs:
+            _check_shape(ctx.model.tensors[o], ctx.values[o])
         return
     raise Unsupported("; ".join(reasons or passed))
 
@@ -204,6 +206,10 @@ class Context:
             self.report.ops[gv.name_hint] = op
         consts = [const(c) for c in kernel.constants]
         shape = out.shape if out_shape is None else out_shape
+        written = _output_shape(kernel.func)
+        if written is not None and written != tuple(shape):
+            raise Unsupported(f"the kernel writes shape {list(written)}, the model declares "
+                              f"{list(shape)}")
         call = relax.call_tir(gv, [*args, *consts], relax.TensorType(shape, out_dtype))
         self.report.integer.append(kind)
         for role, c in zip(kernel.constant_roles(), kernel.constants, strict=False):
@@ -212,6 +218,30 @@ class Context:
         if set_out:
             self.set(out, var)
         return var
+
+
+def _output_shape(func) -> tuple[int, ...] | None:
+    """The shape of a kernel's last parameter (its output), when static."""
+    try:
+        return tuple(int(d) for d in func.params[-1].shape)
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+
+
+def _check_shape(t: TfTensor, expr) -> None:
+    """The model's declared shape of an output against what the converter computed: a
+    model whose shapes do not add up is refused, not run with a wrong output."""
+    ty = getattr(expr, "ty", None) or getattr(expr, "struct_info", None)
+    shape = getattr(ty, "shape", None)
+    if shape is None:
+        return
+    try:
+        computed = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        return
+    if computed != t.shape:
+        raise Unsupported(f"the model declares output '{t.name[:40]}' as {list(t.shape)}, "
+                          f"the operator computes {list(computed)}")
 
 
 # ---- helpers shared by the converters ----------------------------------------------------
