@@ -94,10 +94,13 @@ def _import_tflite(path: Path, shapes: dict[str, tuple[int, ...]]):
     imported = ours.ImportedModel(model, str(path), shapes)
     try:
         imported.module()
-    except ExportError:
+    except ExportError as refusal:
         if not ours.is_float_model(model):
             raise
-        return _tvm_tflite(path, shapes)
+        try:
+            return _tvm_tflite(path, shapes)
+        except Exception as exc:  # our reason names the operator; TVM's says less
+            raise refusal from exc
     return imported, imported.output_names
 
 

@@ -20,6 +20,7 @@ from generator.export.quantize import QuantReport
 
 # the converters register themselves; earlier modules are tried first for an operator
 from generator.export.tflite import (  # noqa: F401
+    ops_detection,
     ops_elementwise,
     ops_int16,
     ops_layout,

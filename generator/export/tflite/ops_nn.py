@@ -174,8 +174,11 @@ def fully_connected(ctx: Context, op: TfOp) -> None:
         q = q.astype(np.int64)
         bias = _bias(ctx, b_t, units)
         adjusted = bias - xi.zero * (q - w_zero).sum(axis=1)
+        # per-tensor weights: TFLite multiplies input and weight scales in float32 first
+        # (GetQuantizedConvolutionMultipler), per-channel ones in double
         requant = requantization(xi.scale, _scales(scales, units), out.scale, out.zero,
-                                 activation_range(act, out.scale, out.zero), uint8=w_uint8)
+                                 activation_range(act, out.scale, out.zero),
+                                 uint8=w_uint8 or scales.size == 1)
         if w_uint8:  # TFLite's uint8 fully connected rounds once (per-tensor)
             if requant.per_channel:
                 raise Unsupported("uint8 weights with per-channel scales")
