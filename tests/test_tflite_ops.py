@@ -204,3 +204,27 @@ def test_binary_int8_on_every_pair_of_values(op, tmp_path):
     got = CModel(result, tmp_path)(*xs)[0]
     want = reference(path.read_bytes(), xs)[0]
     assert np.count_nonzero(got != want) == 0
+
+
+def test_a_pad_after_a_max_pool_writes_its_padding(tmp_path):
+    """MAX_POOL_2D then a channel PAD (BlazeFace's shortcut): fused into one kernel, the pad
+    must still write its padded elements (moving it under the pool's loops dropped them)."""
+    from tests.c_runner import CModel
+    from tests.tflite_builder import ModelBuilder, reference
+
+    b = ModelBuilder()
+    x = b.tensor(q8((1, 4, 4, 3), 0.1, -128))
+    y = b.tensor(q8((1, 2, 2, 3), 0.1, -128))
+    p = b.tensor(Tensor((4, 2), "int32", data=np.array([[0, 0], [0, 0], [0, 0], [0, 2]])))
+    z = b.tensor(q8((1, 2, 2, 5), 0.1, -128))
+    b.op("MAX_POOL_2D", [x], [y], {"padding": "VALID", "stride_h": 2, "stride_w": 2,
+                                   "filter_height": 2, "filter_width": 2})
+    b.op("PAD", [y, p], [z])
+    b.inputs(x)
+    b.outputs(z)
+    buf = b.build()
+    path = tmp_path / "model.tflite"
+    path.write_bytes(buf)
+    model = CModel(export_model(path, tmp_path / "model.tar"), tmp_path)
+    xs = [np.random.default_rng(0).integers(-128, 128, (1, 4, 4, 3)).astype(np.int8)]
+    assert model(*xs)[0].tobytes() == reference(buf, xs)[0].tobytes()

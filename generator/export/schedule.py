@@ -58,6 +58,10 @@ def _epilogues_under_reductions(sch: s_tir.Schedule) -> None:
         if len(producers) != 1 or not _is_reduction(sch, producers[0]):
             continue
         producer = producers[0]
+        if _written_elements(sch, block) != _written_elements(sch, producer):
+            # not an elementwise epilogue (a pad after a max pool writes a larger tensor):
+            # TVM would keep only the writes at the reduction's points, and drop the rest
+            continue
         try:
             sch.reverse_compute_inline(block)
             continue
@@ -72,6 +76,19 @@ def _epilogues_under_reductions(sch: s_tir.Schedule) -> None:
             sch.reverse_compute_at(block, loops[spatial - 1], preserve_unit_loops=False)
         except s_tir.ScheduleError:
             continue
+
+
+def _written_elements(sch: s_tir.Schedule, block) -> int | None:
+    """How many elements a block's (one) output buffer has, None if unknown."""
+    writes = sch.get(block).writes
+    if len(writes) != 1:
+        return None
+    total = 1
+    for d in writes[0].buffer.shape:
+        if not isinstance(d, tirx.IntImm):
+            return None
+        total *= int(d)
+    return total
 
 
 def _init_before_reduction_loops(sch: s_tir.Schedule) -> None:
