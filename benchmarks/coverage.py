@@ -72,6 +72,7 @@ class Row:
     kind: str = "-"  # "integer", "float", "mixed", "-"
     exact: bool = False
     max_diff: str = "-"  # integer: largest |ours - oracle|; float: relative
+    oracle: str = "-"  # tflm | tflite-ref | onnxruntime
     pool: int | None = None
     lower_bound: int | None = None
     instructions: int | None = None
@@ -137,18 +138,38 @@ def random_inputs(specs, rng: np.random.Generator) -> list[np.ndarray]:
     return out
 
 
-def oracle(path: Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """The model's outputs from TFLite's reference kernels or onnxruntime."""
+def oracle(path: Path, inputs: list[np.ndarray]) -> tuple[list[np.ndarray], str]:
+    """The model's outputs from the reference and the reference's name: TensorFlow Lite
+    Micro's interpreter (what runs on microcontrollers), else TFLite's reference kernels
+    (ai_edge_litert BUILTIN_REF: TFLM has no uint8 kernels and refuses some operators);
+    onnxruntime for .onnx. The two TFLite references can differ in the last bit: this
+    version of ai_edge_litert rounds int8 FULLY_CONNECTED's requantization once, TFLM twice
+    (mlperf_ad01_int8: 1 output in 128 per layer)."""
     if path.suffix == ".onnx":
         import onnxruntime as ort
 
         sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         feed = {i.name: x for i, x in zip(sess.get_inputs(), inputs, strict=True)}
-        return [np.asarray(y) for y in sess.run(None, feed)]
+        return [np.asarray(y) for y in sess.run(None, feed)], "onnxruntime"
+    try:
+        return tflm_outputs(path, inputs), "tflm"
+    except Exception:  # an operator or dtype TFLM lacks: TFLite's reference kernels
+        pass
     sys.path.insert(0, str(REPO))
     from tests.tflite_builder import reference
 
-    return reference(path.read_bytes(), inputs)
+    return reference(path.read_bytes(), inputs), "tflite-ref"
+
+
+def tflm_outputs(path: Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """TensorFlow Lite Micro's outputs (the tflite-micro wheel's interpreter)."""
+    from tflite_micro.python.tflite_micro import runtime
+
+    interp = runtime.Interpreter.from_file(str(path))
+    for i, x in enumerate(inputs):
+        interp.set_input(x, i)
+    interp.invoke()
+    return [np.array(interp.get_output(i)) for i in range(len(interp.get_output_details()))]
 
 
 def compare(ours: list[np.ndarray], ref: list[np.ndarray]) -> tuple[bool, str, str]:
@@ -233,7 +254,7 @@ def run_one(model: Model, seed: int, qemu: bool, work: Path) -> Row:
     for x in samples:
         ours = cmodel(*x)
         try:
-            ref = oracle(model.path, x)
+            ref, row.oracle = oracle(model.path, x)
         except Exception as exc:
             row.reason = f"no oracle: {type(exc).__name__}: {first_line(exc)}"
             return row
@@ -334,7 +355,7 @@ def cell(text: str) -> str:
 
 
 def markdown(rows: list[Row], qemu: bool) -> str:
-    head = ["model", "task", "imported", "int/float", "oracle", "max diff",
+    head = ["model", "task", "imported", "int/float", "equal", "oracle", "max diff",
             "activations (pool / bound)"]
     if qemu:
         head.append(f"instructions ({QEMU_BOARD})")
@@ -342,8 +363,8 @@ def markdown(rows: list[Row], qemu: bool) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         act = (f"{r.pool:,} / {r.lower_bound:,}" if r.pool is not None else "-")
-        cells = [r.name, r.task, "yes" if r.imported else "no", r.kind, status(r), r.max_diff,
-                 act]
+        cells = [r.name, r.task, "yes" if r.imported else "no", r.kind, status(r), r.oracle,
+                 r.max_diff, act]
         if qemu:
             cells.append(f"{r.instructions:,}" if r.instructions else "-")
         reason = r.reason or "; ".join(n for n in r.notes if n.startswith(QEMU_BOARD))

@@ -223,6 +223,8 @@ def _quant(q, shape: tuple[int, ...]) -> Quant | None:
     if zero.size != scale.size:
         raise ExportError(f"quantization with {scale.size} scales and {zero.size} zero points")
     axis = int(q.QuantizedDimension())
+    if scale.size > 1 and len(shape) == 1 and shape[0] == scale.size:
+        axis = 0  # a per-channel bias whose file names the weights' dimension (3 for depthwise)
     if scale.size > 1 and (not 0 <= axis < len(shape) or shape[axis] != scale.size):
         raise ExportError(f"per-channel quantization with {scale.size} scales along "
                           f"dimension {axis} of shape {list(shape)}")
