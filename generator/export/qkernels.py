@@ -638,4 +638,6 @@ def quantize_float(shape: tuple[int, ...], scale: float, zero: int, lo: int, hi:
         return (r.astype("int32") + (zero - offset)).astype("int8")
 
     out = te.compute(shape, element, name="out")
-    return Kernel(_func([x, s, out]), [np.array([scale], np.float64)], ("requant",))
+    # opaque to TVM's fusion: fused with a reshape, FuseTIR mixes up the buffers
+    return Kernel(_func([x, s, out]).with_attr("op_pattern", OP_PATTERN_OPAQUE),
+                  [np.array([scale], np.float64)], ("requant",))
