@@ -241,6 +241,13 @@ def run_one(model: Model, seed: int, qemu: bool, work: Path) -> Row:
         row.seconds = time.monotonic() - start
     row.imported = True
     row.kind = kind_of(result)
+    try:  # what export writes, generate must read
+        from generator.project.generate import generate
+
+        generate(result.path, "host", work / "generated")
+    except MtgError as exc:
+        row.reason = f"generate refuses the archive: {exc.one_line()}"
+        return row
     row.pool, row.lower_bound = result.plan.pool_bytes, result.plan.lower_bound
     row.notes = list(result.notes)
     try:

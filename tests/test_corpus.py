@@ -89,3 +89,36 @@ def test_bit_exact_with_reference_kernels(name: str, tmp_path: Path) -> None:
     assert row.kind == "integer"
     assert row.exact, row.reason
     assert row.pool >= row.lower_bound
+
+
+SAMPLE_BYTES = 30_000  # the suite's sample; benchmarks/coverage.py checks every model
+
+
+def _small_models() -> list[Path]:
+    return sorted(p for d in CORPUS_DIR.iterdir() if d.is_dir() for p in d.iterdir()
+                  if p.suffix in (".tflite", ".onnx") and p.stat().st_size < SAMPLE_BYTES)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", _small_models(), ids=lambda p: p.parent.name)
+def test_what_export_writes_generate_reads(model: Path, tmp_path: Path) -> None:
+    """Each small corpus model either exports or is refused in one line; an archive export
+    writes is always one generate takes (for the host board and a Cortex-M3 board).
+    benchmarks/coverage.py does the same for every model of the corpus."""
+    from generator.errors import ExportError
+    from generator.export.api import export_model
+    from generator.project.generate import generate
+
+    try:
+        result = export_model(model, tmp_path / "model.tar")
+    except ExportError as exc:
+        line = exc.one_line()
+        assert "\n" not in line and "Traceback" not in line
+        assert not (tmp_path / "model.tar").exists()
+        return
+    for board in ("host", "qemu-mps2-an385"):
+        try:
+            generate(result.path, board, tmp_path / board)
+        except Exception as exc:
+            # a model too large for the board is refused with the numbers; nothing else
+            assert "RAM" in str(exc) or "flash" in str(exc), f"{board}: {exc}"
