@@ -138,6 +138,9 @@ def random_inputs(specs, rng: np.random.Generator) -> list[np.ndarray]:
     return out
 
 
+TFLM_ARENA_BYTES = 8 << 20  # enough for the corpus's largest activations
+
+
 def oracle(path: Path, inputs: list[np.ndarray]) -> tuple[list[np.ndarray], str]:
     """The model's outputs from the reference and the reference's name: TensorFlow Lite
     Micro's interpreter (what runs on microcontrollers), else TFLite's reference kernels
@@ -165,11 +168,19 @@ def tflm_outputs(path: Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """TensorFlow Lite Micro's outputs (the tflite-micro wheel's interpreter)."""
     from tflite_micro.python.tflite_micro import runtime
 
-    interp = runtime.Interpreter.from_file(str(path))
+    interp = runtime.Interpreter.from_file(str(path), arena_size=TFLM_ARENA_BYTES)
     for i, x in enumerate(inputs):
         interp.set_input(x, i)
     interp.invoke()
-    return [np.array(interp.get_output(i)) for i in range(len(interp.get_output_details()))]
+    return [np.array(interp.get_output(i)) for i in range(tflite_output_count(path))]
+
+
+def tflite_output_count(path: Path) -> int:
+    """How many outputs the model's first subgraph has."""
+    import tflite
+
+    model = tflite.Model.GetRootAsModel(path.read_bytes(), 0)
+    return model.Subgraphs(0).OutputsLength()
 
 
 def compare(ours: list[np.ndarray], ref: list[np.ndarray]) -> tuple[bool, str, str]:

@@ -186,10 +186,9 @@ def test_int16_with_int32_bias_is_refused_by_name(code, tmp_path):
 
 
 def test_int16_tensor_never_reaches_an_int8_converter(tmp_path):
-    # LEAKY_RELU has no int16 converter: the int8 one must refuse the int16 tensor
+    # HARD_SWISH has no int16 converter: the int8 one must refuse the int16 tensor
     path = tmp_path / "model.tflite"
-    path.write_bytes(op_model("LEAKY_RELU", [q16((2, 3), 0.01)], [q16((2, 3), 0.01)],
-                              {"alpha": 0.2}))
+    path.write_bytes(op_model("HARD_SWISH", [q16((2, 3), 0.01)], [q16((2, 3), 0.01)]))
     with pytest.raises(ExportError) as err:
         export_model(path, tmp_path / "model.tar")
     assert "int16 tensor where int8 or uint8 was expected" in err.value.one_line()

@@ -141,14 +141,15 @@ def test_lstm(case, tmp_path):
     check_case(case, tmp_path)
 
 
-def test_int8_lstm_is_refused_with_a_reason(tmp_path):
-    """The integer LSTM (8x8→16) is not converted yet: export names the operator and why."""
+def test_an_lstm_with_int8_input_and_float_weights_is_refused_with_a_reason(tmp_path):
+    """int8 input, float weights: neither the float nor the integer LSTM (8x8→16) takes
+    it; export names the operator and why."""
     ins, _ = lstm_inputs(2, 2)
     ins[0] = q8(ins[0].shape, 0.02, 0)
     path = tmp_path / "m.tflite"
     path.write_bytes(op_model("UNIDIRECTIONAL_SEQUENCE_LSTM", ins, [q8((1, 3, 2), 0.02, 0)],
                               {"fused_activation_function": "TANH"}))
-    with pytest.raises(ExportError, match="UNIDIRECTIONAL_SEQUENCE_LSTM.*integer LSTM"):
+    with pytest.raises(ExportError, match="UNIDIRECTIONAL_SEQUENCE_LSTM .*int8 LSTM with a"):
         export_model(path, tmp_path / "m.tar")
 
 

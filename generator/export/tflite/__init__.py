@@ -23,7 +23,9 @@ from generator.export.tflite import (  # noqa: F401
     ops_detection,
     ops_elementwise,
     ops_int16,
+    ops_int16_more,
     ops_layout,
+    ops_lstm_int8,
     ops_nn,
     ops_reduce,
     ops_sequence,
@@ -63,7 +65,9 @@ class ImportedModel:
 
     @property
     def input_names(self) -> list[str]:
-        return [self.model.tensors[i].name for i in self.model.inputs]
+        """The inputs' names (an unnamed one: input0, input1, ... by position)."""
+        return [self.model.tensors[i].name or f"input{n}"
+                for n, i in enumerate(self.model.inputs)]
 
     def with_param_names(self, names: list[str]) -> ImportedModel:
         """The same model, main's parameters named `names` (C identifiers)."""
@@ -71,7 +75,9 @@ class ImportedModel:
 
     @property
     def output_names(self) -> list[str]:
-        return [self.model.tensors[i].name for i in self.model.outputs]
+        """The outputs' names (an unnamed one: output0, output1, ... by position)."""
+        return [self.model.tensors[i].name or f"output{n}"
+                for n, i in enumerate(self.model.outputs)]
 
     def module(self) -> tuple[object, QuantReport]:
         form = qkernels._conv_form.get()

@@ -198,8 +198,7 @@ def sequence_lstm(ctx: Context, op: TfOp) -> None:
     if not all_float(*tensors, out_t):
         if x_t.dtype == "float32":
             raise Unsupported("hybrid LSTM (float input, quantized weights)")
-        raise Unsupported(f"{x_t.dtype} LSTM: TFLite's integer LSTM (8x8→16) is not "
-                          "supported yet, only float32")
+        raise NotMine(f"{x_t.dtype} LSTM (the integer LSTM is ops_lstm_int8's)")
     o = op.options
     if o is not None and hasattr(o, "DiagonalRecurrentTensors") \
             and o.DiagonalRecurrentTensors():
