@@ -7,10 +7,11 @@ first Invoke after allocating the tensors (or after `reset_all_variables`). So a
 model equals TFLite's first Invoke, not a stream of Invokes; an LSTM still runs its whole
 input sequence inside that one call. A state tensor with constant data is refused.
 
-SVDF (TFLite's reference `EvalFloatSVDF` / `EvalIntegerSVDF`). With zero state only the
-newest memory column is nonzero, so each filter contributes its feature activation times
-the last column of its time weights; the sums over the memory's older columns are products
-with zero and add exact zeros.
+SVDF (TFLite's reference `EvalFloatSVDF` / `EvalIntegerSVDF`, and TFLite Micro's integer
+SVDF with int8 time weights and state). With zero state only the newest memory column is
+nonzero (an int8 state starts at its zero point, which the kernel subtracts), so each filter
+contributes its feature activation times the last column of its time weights; the sums over
+the memory's older columns are products with zero and add exact zeros.
 
 UNIDIRECTIONAL_SEQUENCE_LSTM, float32 (TFLite's `LstmStepFloat`): the time loop unrolled
 into Relax operators, with CIFG, peephole, layer norm, cell and projection clipping.
@@ -36,8 +37,6 @@ from generator.export.tflite.convert import (
     float_activation,
 )
 from generator.export.tflite.model import TfOp, TfTensor
-
-INT16_MIN, INT16_MAX = -(1 << 15), (1 << 15) - 1
 
 
 def _zero_state(t: TfTensor | None, what: str) -> None:
@@ -105,30 +104,42 @@ def _scale(t: TfTensor, what: str, zero_required: bool = True) -> float:
     return t.quant.s
 
 
+def _effective_scale(a: float, b: float, c: float) -> float:
+    """a·b/c as TFLite and TFLite Micro compute it: in float32, then widened to double."""
+    return float(np.float32(np.float32(a) * np.float32(b)) / np.float32(c))
+
+
 def _svdf_int8(ctx: Context, x_t, wf_t, wt_t, b_t, state_t, out_t, rank: int, units: int,
                memory: int, act: str) -> None:
-    """TFLite's EvalIntegerSVDF: int8 input and feature weights, int16 time weights and
-    state (zero point 0), int32 bias. The feature activation is requantized to the state's
-    scale and saturated to int16; the time products summed in int32, rescaled to int8.
-    TFLite accepts only a fused RELU here and does not apply it (the result is only
-    clamped to int8); we do the same."""
-    if act != "RELU":
-        raise Unsupported(f"int8 SVDF with fused {act} (TFLite's integer SVDF takes RELU "
-                          "only)")
-    if wf_t.dtype != "int8" or wt_t.dtype != "int16" or state_t.dtype != "int16":
+    """TFLite's integer SVDF: int8 input and feature weights, int32 bias, and time weights
+    and state both int16 (TFLite's EvalIntegerSVDF; state zero point 0) or both int8 (TFLite
+    Micro only). The feature activation is requantized to the state's scale, saturated to
+    the state type and stored with the state's zero point added (an int8 store wraps, as
+    TFLite Micro's does); the time products of the state minus its zero point are summed in
+    int32 and rescaled to int8. TFLite accepts only a fused RELU and does not apply it (the
+    result is only clamped to int8); TFLite Micro applies no activation either, so the int8
+    variant also takes NONE."""
+    types = (wf_t.dtype, wt_t.dtype, state_t.dtype)
+    if types not in (("int8", "int16", "int16"), ("int8", "int8", "int8")):
         raise Unsupported(f"int8 SVDF with {wf_t.dtype} feature weights, {wt_t.dtype} time "
                           f"weights and {state_t.dtype} state")
+    state_bits = 8 if state_t.dtype == "int8" else 16
+    if act != "RELU" and not (state_bits == 8 and act == "NONE"):
+        taken = "RELU or NONE" if state_bits == 8 else "RELU only"
+        raise Unsupported(f"int8 SVDF with fused {act} (TFLite's integer SVDF takes {taken})")
     if b_t is not None and b_t.dtype != "int32":
         raise Unsupported(f"int8 SVDF with a {b_t.dtype} bias")
     x, out = ctx.qinfo(x_t), ctx.qinfo(out_t)
     s_w = _scale(wf_t, "feature weights")
     s_t = _scale(wt_t, "time weights")
-    s_state = _scale(state_t, "state")
-    # TFLite computes the effective scales in double from the float32 scales
-    m1, sh1 = quantize_multiplier(float(np.float32(x.scale)) * float(np.float32(s_w))
-                                  / float(np.float32(s_state)))
-    m2, sh2 = quantize_multiplier(float(np.float32(s_state)) * float(np.float32(s_t))
-                                  / float(np.float32(out.scale)))
+    # TFLite Micro starts an int8 state at its zero point and an int16 one at 0; only the
+    # int8 state may have a nonzero zero point (the int16 kernels assume 0)
+    s_state = _scale(state_t, "state", zero_required=state_bits == 16)
+    zero_state = state_t.quant.z
+    if not -128 <= zero_state <= 127:
+        raise Unsupported(f"the SVDF state's zero point {zero_state} is outside int8")
+    m1, sh1 = quantize_multiplier(_effective_scale(x.scale, s_w, s_state))
+    m2, sh2 = quantize_multiplier(_effective_scale(s_state, s_t, out.scale))
     wf = ctx.const(wf_t, "the feature weights").astype(np.int64)
     offset = -x.zero * wf.sum(axis=1)  # Σ w·(x − zp) = Σ w·x − zp·Σ w (mod 2**32)
     offset = ((offset + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
@@ -136,7 +147,7 @@ def _svdf_int8(ctx: Context, x_t, wf_t, wt_t, b_t, state_t, out_t, rank: int, un
     bias = (np.zeros(units, np.int32) if b_t is None
             else ctx.const(b_t, "the bias").reshape(-1).astype(np.int32))
     kernel = _svdf_kernel(x_t.shape[0], wf.astype(np.int8), offset, (m1, sh1), last, bias,
-                          rank, (m2, sh2), out.zero)
+                          rank, (m2, sh2), out.zero, state_bits, zero_state)
     ctx.kernel("svdf", kernel, [ctx.value(x_t)], out_t)
 
 
@@ -148,13 +159,17 @@ class _SvdfKernel(qkernels.Kernel):
 
 def _svdf_kernel(batch: int, wf: np.ndarray, offset: np.ndarray, scale1: tuple[int, int],
                  last: np.ndarray, bias: np.ndarray, rank: int, scale2: tuple[int, int],
-                 zero_out: int) -> qkernels.Kernel:
-    """The integer SVDF of one step from zero state as a tensor-expression kernel."""
+                 zero_out: int, state_bits: int = 16, zero_state: int = 0) -> qkernels.Kernel:
+    """The integer SVDF of one step from zero state as a tensor-expression kernel.
+
+    With zero state every older memory column holds the state's zero point and contributes
+    0, so the time product is the last column times (stored activation − zero point)."""
     from tvm import te, tirx
 
     filters, depth = wf.shape
     units = filters // rank
     ar = TirArith()
+    state_min, state_max = -(1 << (state_bits - 1)), (1 << (state_bits - 1)) - 1
     x = te.placeholder((batch, depth), "int8", "x")
     w = te.placeholder((filters, depth), "int8", "w")
     off = te.placeholder((filters,), "int32", "offset")
@@ -166,8 +181,16 @@ def _svdf_kernel(batch: int, wf: np.ndarray, offset: np.ndarray, scale1: tuple[i
 
     def activation(i, f):
         v = multiply_by_quantized_multiplier(ar, acc[i, f] + off[f], *scale1)
-        return tirx.max(tirx.min(v, tirx.const(INT16_MAX, "int32")),
-                        tirx.const(INT16_MIN, "int32"))
+        v = tirx.max(tirx.min(v, tirx.const(state_max, "int32")),
+                     tirx.const(state_min, "int32"))
+        if zero_state == 0:
+            return v
+        # the state holds v + zero point stored in the state type (wrapping), read back
+        # minus the zero point
+        span = 1 << state_bits
+        stored = ((v + tirx.const(zero_state - state_min, "int32"))
+                  & tirx.const(span - 1, "int32")) + tirx.const(state_min, "int32")
+        return stored - tirx.const(zero_state, "int32")
 
     state = te.compute((batch, filters), activation, name="state")
     r = te.reduce_axis((0, rank), "r")
