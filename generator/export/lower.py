@@ -372,6 +372,7 @@ def _register_pipeline() -> None:
 
     if PLAIN_C_PIPELINE in PIPELINE_MAP:
         return
+    _register_c_intrinsics()
 
     @tirx.transform.prim_func_pass(opt_level=0, name="MtvgPlainDeviceAttrs")
     def device_attrs(func, _mod, _ctx):
@@ -387,6 +388,19 @@ def _register_pipeline() -> None:
         return tvm.transform.Sequential([pipeline, device_attrs]), host_passes, device_passes
 
     tirx.register_tir_pipeline(PLAIN_C_PIPELINE, factory)
+
+
+def _register_c_intrinsics() -> None:
+    """C lowerings TVM 0.27's C target lacks: `fabs` (Softplus, Softsign) becomes C's fabsf
+    or fabs, by dtype, instead of an unresolved call at code generation."""
+    from tvm import tirx
+
+    def fabs(op):
+        dtype = str(op.ty)
+        return tirx.call_pure_extern(dtype, "fabsf" if dtype == "float32" else "fabs",
+                                     op.args[0])
+
+    tirx.register_intrin_lowering("tirx.fabs", target="c", f=fabs, level=99)
 
 
 def compile_plain_kernels(funcs: dict, prefix: str, shrink: bool = True,

@@ -475,6 +475,8 @@ def _clip_range(graph: _Graph, var) -> tuple[object, tuple[int, int]] | None:
     user = graph.users.get(var)
     if graph.uses[var] != 1 or user is None or _op(user.value) != "relax.clip":
         return None
+    if _tensor_dtype(var) not in _AS_IS_DTYPES:  # a float clip (relu6): not a fused range
+        return None
     lo, hi = (float(v.value) - _int8_offset(_dtype(var)) for v in user.value.args[1:3])
     return user, (max(-128, int(lo)), min(127, int(hi)))
 
