@@ -127,10 +127,11 @@ def survey(model: TfModel) -> list[OpStatus]:
             out.append(failed[op.index])
             continue
         dtypes = _dtypes(model, op)
-        quantized = any(model.tensors[t].quant is not None and
-                        model.tensors[t].dtype in ("int8", "uint8", "int16")
-                        for t in (*op.inputs, *op.outputs) if t >= 0)
-        out.append(OpStatus(op.index, op.code, dtypes, "integer" if quantized else "float"))
+        # integer: any quantized or integer tensor (int32 shapes, int16 audio...)
+        integer = any(not model.tensors[t].dtype.startswith("float")
+                      for t in (*op.inputs, *op.outputs)
+                      if t >= 0 and not model.tensors[t].is_const)
+        out.append(OpStatus(op.index, op.code, dtypes, "integer" if integer else "float"))
     return out
 
 
