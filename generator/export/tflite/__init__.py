@@ -29,6 +29,7 @@ from generator.export.tflite import (  # noqa: F401
     ops_nn,
     ops_reduce,
     ops_sequence,
+    ops_signal,
     ops_unary,
 )
 from generator.export.tflite.convert import (

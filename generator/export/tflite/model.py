@@ -19,7 +19,7 @@ MAX_RANK = 8
 
 # TFLite TensorType value → numpy dtype name (the types a microcontroller model uses)
 _DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool",
-           7: "int16", 9: "int8", 10: "float64", 15: "uint32", 16: "uint16"}
+           7: "int16", 9: "int8", 10: "float64", 12: "uint64", 15: "uint32", 16: "uint16"}
 
 
 @dataclass(frozen=True)
