@@ -58,9 +58,10 @@ def _epilogues_under_reductions(sch: s_tir.Schedule) -> None:
         if len(producers) != 1 or not _is_reduction(sch, producers[0]):
             continue
         producer = producers[0]
-        if _written_elements(sch, block) != _written_elements(sch, producer):
-            # not an elementwise epilogue (a pad after a max pool writes a larger tensor):
-            # TVM would keep only the writes at the reduction's points, and drop the rest
+        written, reduced = _written_elements(sch, block), _written_elements(sch, producer)
+        if written is None or reduced is None or written > reduced:
+            # an epilogue writing more than the reduction (a pad after a max pool): TVM
+            # would keep only the writes at the reduction's points and drop the padding
             continue
         try:
             sch.reverse_compute_inline(block)
@@ -83,8 +84,12 @@ def _written_elements(sch: s_tir.Schedule, block) -> int | None:
     writes = sch.get(block).writes
     if len(writes) != 1:
         return None
+    buffer = getattr(writes[0], "source", None)  # TVM 0.27: a TensorRegion over the buffer
+    shape = getattr(buffer, "shape", None)
+    if shape is None:
+        return None
     total = 1
-    for d in writes[0].buffer.shape:
+    for d in shape:
         if not isinstance(d, tirx.IntImm):
             return None
         total *= int(d)
