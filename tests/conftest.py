@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import signal
+import sys
+import types
+from collections.abc import Callable, Iterator
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -127,7 +132,9 @@ def leaked_processes(root: int, basetemp: Path) -> dict[int, str]:
 
 @pytest.fixture(scope="session", autouse=True)
 def _no_leaked_processes(tmp_path_factory):
-    """The suite fails if a process a test started is still alive at its end (then killed)."""
+    """The suite fails if a process a test started is still alive at its end (then killed).
+    Under pytest-xdist each worker checks at its own end: its own descendants, and processes
+    under its own basetemp (.../popen-gwN), not the other workers'."""
     yield
     if not Path("/proc/self/stat").exists():
         return
@@ -180,3 +187,259 @@ def host_driven_project(archive_path: Path, board: str, out: Path, sanitize: boo
     generate(archive_path, board, out, project_type="host-driven")
     build(out, sanitize=sanitize)
     return out
+
+
+
+# ---- Tiers: markers by rule, and the order tests start in -----------------------------------
+#
+# Every test gets its tier markers here, from what it is parametrised over, which fixtures it
+# uses and what its code (and the fixtures' and test helpers' code it calls) names, so a new
+# test is tiered without anyone remembering to mark it:
+#   qemu    parametrised over a QEMU board (a board file with a [qemu] section, or a Zephyr
+#           board run in QEMU with a Zephyr tree); a test parametrised over no board gets it
+#           if its code names a QEMU board (a string, or a module constant holding one or a
+#           list / dict of them)
+#   tvm     imports tvm, or calls the exporter / tuner (generator.export, generator.tune,
+#           generator.rpc.connect, the CLI's `export` and `tune`)
+#   fuzz    runs a fuzzer: a test_fuzz* module's harness runs and its slow campaign
+#   wheel   test_wheel*: builds and installs the wheel
+#   zephyr  needs a Zephyr tree (the zephyr_tree fixture)
+#   slow    as written in the tests, and the tests MEASURED (below) to take long
+# scripts/test.sh --quick runs the tests none of qemu, slow, fuzz, wheel, zephyr marks.
+# The modules whose tests take longest start first (MEASURED).
+
+# Names whose use means TVM runs in the test's process (or in a CLI it starts).
+TVM_MODULES = ("tvm", "generator.export", "generator.tune")
+TVM_OBJECTS = {("generator.rpc", "connect")}
+TVM_COMMANDS = {"export", "tune"}
+
+
+@cache
+def qemu_boards() -> frozenset[str]:
+    """The board files that run in QEMU."""
+    from generator.boards import list_boards, load_board
+
+    return frozenset(b for b in list_boards() if load_board(b).qemu is not None)
+
+
+@cache
+def _zephyr_boards() -> dict[str, bool]:
+    """templates/zephyr's boards: name -> runs in QEMU."""
+    from generator.project.zephyr import effective_board, load_board_table
+    from generator.resources import templates_dir
+
+    table = load_board_table(templates_dir() / "zephyr")
+    return {name: effective_board(zb).qemu is not None for name, zb in table.items()}
+
+
+def zephyr_qemu_boards() -> frozenset[str]:
+    return frozenset(name for name, qemu in _zephyr_boards().items() if qemu)
+
+
+@cache
+def all_boards() -> frozenset[str]:
+    """Every board name a test may be parametrised over: board files and Zephyr boards."""
+    from generator.boards import list_boards
+
+    return frozenset([*list_boards(), *_zephyr_boards()])
+
+
+def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_objects(const)
+
+
+def _is_test_code(obj: object) -> bool:
+    return isinstance(obj, types.FunctionType) and obj.__module__.split(".")[0] == "tests"
+
+
+def _reached(funcs: list[Callable]) -> tuple[set[str], set[str], list[object]]:
+    """The names, string constants and the objects those names are bound to, of `funcs` and
+    of every function of tests/ they call (through globals or a local `from tests.x import`)."""
+    names: set[str] = set()
+    strings: set[str] = set()
+    objects: list[object] = []
+    seen: set[types.CodeType] = set()
+    todo = [inspect.unwrap(f) for f in funcs if isinstance(inspect.unwrap(f), types.FunctionType)]
+    while todo:
+        func = todo.pop()
+        if func.__code__ in seen:
+            continue
+        seen.add(func.__code__)
+        own: set[str] = set()
+        for code in _code_objects(func.__code__):
+            own.update(code.co_names)
+            strings.update(c for c in code.co_consts if isinstance(c, str))
+        names |= own
+        spaces = [func.__globals__, *(vars(sys.modules[n]) for n in own
+                                      if n.startswith("tests.") and n in sys.modules)]
+        for name in own:
+            for space in spaces:
+                if name in space:
+                    obj = space[name]
+                    objects.append(obj)
+                    if _is_test_code(obj):
+                        todo.append(obj)
+    return names, strings, objects
+
+
+def _uses_tvm(names: set[str], strings: set[str], objects: list[object]) -> bool:
+    def tvm_module(module: str) -> bool:
+        return any(module == m or module.startswith(m + ".") for m in TVM_MODULES)
+
+    if any(tvm_module(n) for n in names) or strings & TVM_COMMANDS:
+        return True
+    for obj in objects:
+        module = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(
+            obj, "__module__", None)
+        if isinstance(module, str) and (tvm_module(module) or (
+                module, getattr(obj, "__name__", "")) in TVM_OBJECTS):
+            return True
+    return False
+
+
+def _param_values(item: pytest.Item) -> list[object]:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return []
+    values: list[object] = []
+    for value in callspec.params.values():
+        values.extend(value if isinstance(value, (tuple, list)) else [value])
+    return values
+
+
+def _fixture_defs(item: pytest.Item) -> list[pytest.FixtureDef]:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    return [defs[-1] for name in item.fixturenames
+            if (defs := info.name2fixturedefs.get(name))]
+
+
+def tier_markers(item: pytest.Item) -> set[str]:
+    """The tier markers the rules above give `item`."""
+    module = item.path.stem
+    fixtures = set(item.fixturenames)
+    values = [v for v in _param_values(item) if isinstance(v, str)]
+    func = getattr(item, "function", None)
+    funcs = [func] if func is not None else []
+    funcs += [d.func for d in _fixture_defs(item) if _is_test_code(inspect.unwrap(d.func))]
+    names, strings, objects = _reached(funcs)
+    board_strings = set(strings)
+    for obj in objects:  # module constants: a board, or a list / dict of boards
+        if isinstance(obj, str):
+            board_strings.add(obj)
+        elif isinstance(obj, (list, tuple, set, frozenset, dict)):
+            board_strings.update(v for v in [*obj, *(obj.values() if isinstance(obj, dict)
+                                                     else ())] if isinstance(v, str))
+
+    found = set()
+    if any(v in all_boards() for v in values):  # parametrised over boards: the board decides
+        if any(v in qemu_boards() for v in values) or (
+                "zephyr_tree" in fixtures and any(v in zephyr_qemu_boards() for v in values)):
+            found.add("qemu")
+    elif board_strings & qemu_boards():
+        found.add("qemu")
+    if _uses_tvm(names, strings, objects):
+        found.add("tvm")
+    if module.startswith("test_fuzz") and ("harnesses" in fixtures
+                                           or item.get_closest_marker("slow")):
+        found.add("fuzz")
+    if module.startswith("test_wheel"):
+        found.add("wheel")
+    if "zephyr_tree" in fixtures:
+        found.add("zephyr")
+    return found
+
+
+# What the longest tests take: seconds of setup + call + teardown, by test function (the most
+# of its parameters; a module-scoped fixture's making counts in the first test using it),
+# from `scripts/test.sh --durations=0` with 2 workers on a 2-core machine that other jobs
+# kept busy (load 3-7): on an idle one they are several times shorter, and only their
+# order and proportions matter. Tests from SLOW_SECONDS on are `slow` (out of --quick), and
+# so are the tests using a fixture of SLOW_FIXTURES (there the time is the fixture's). The
+# suite starts the longest modules first (their tests' sum), so its last minutes are not one
+# worker running a long module while the other idles. Tests not listed count by their
+# markers (expected_seconds).
+MEASURED: dict[str, float] = {
+    "test_fuzz_archives.py::test_mutated_archives_end_ok_or_in_one_line": 638,
+    "test_tune.py::test_ctrl_c_then_rerun_continues_without_measuring_again": 561,
+    "test_tune.py::test_tune_on_qemu_mps2_an385_stopped_and_rerun_ends_with_the_same_best": 334,
+    "test_tuning_records.py::test_cli_tunes_the_int8_hello_world": 282,
+    "test_tuning_records.py::test_tuned_archives_compute_what_untuned_ones_do": 279,
+    "test_tune_tracker.py::test_two_devices_under_one_key_share_the_batches_and_one_dies": 227,
+    "test_tune.py::test_trace_json_is_plain_and_replays_to_the_same_kernel": 141,
+    "test_real_archives.py::test_snu_graph_with_params": 134,
+    "test_wheel.py::test_installed_wheel_exports_generates_builds_and_runs": 100,
+    "test_accelerators.py::test_cmsis_nn_kws_and_hello_world_equal_tflite_micro": 69,
+    "test_model_names.py::test_generate_and_run_by_either_name": 53,
+    "test_fuzz.py::test_seed_corpus_replays_cleanly": 53,
+    "test_tune.py::test_a_candidate_that_hangs_is_failed_after_the_reply_timeout": 45,
+    "test_fuzz_archives.py::test_every_structure_mutation_changes_some_seed": 42,
+    "test_accelerators.py::test_vanilla_then_cmsis_nn_in_one_export": 40,
+    "test_accelerators.py::test_export_for_a_dsp_board_defaults_to_cmsis_nn": 40,
+    "test_resnet_int8.py::test_resnet_int8_is_integer_and_bit_exact_on_the_host": 37,
+    "test_export.py::test_kws_bit_identical_to_tflite_micro": 36,
+    "test_cmsis_nn_glue.py::test_conv2d_bit_exact": 35,
+    "test_cmsis_nn_glue.py::test_depthwise_conv2d_bit_exact": 34,
+    "test_real_archives.py::test_esp32_cifar10_usmp_frog": 33,
+    "test_graph.py::test_magic_wand_matches_tflite_micro": 33,
+    "test_project_api.py::test_kws_through_the_protocol": 30,
+    "test_travel.py::test_cmsis_nn_tree_named_again_after_a_move": 30,
+    "test_cmsis_nn_glue.py::test_cmsis_nn_kernels_bit_exact_in_qemu": 26,
+    "test_project_api.py::test_sine_through_the_protocol": 25,
+    "test_export.py::test_mnist_digits_match_tvm_llvm": 21,
+    "test_host_driven.py::test_one_call_on_every_qemu_board": 20,
+    "test_accelerators.py::test_mnist_conv_layers_on_vanilla": 19,
+    "test_export.py::test_hello_world_matches_tflite_micro": 18,
+    "test_real_archives.py::test_microkws_v6_yes_no": 17,
+    "test_quantize_uint8.py::test_person_uint8_equals_tflite_on_the_board": 17,
+    "test_fuzz.py::test_fuzz_briefly": 17,
+    "test_host_driven.py::test_stock_client_calls_three_operators": 16,
+    "test_host_driven.py::test_two_sessions_through_a_stock_tracker": 16,
+    "test_rpc_link.py::test_link_faults_are_detected_and_recovered": 15,
+}
+SLOW_SECONDS = 40.0
+SLOW_FIXTURES = {"test_tuning_records.py::tuned_int8", "test_tuning_records.py::tuned_float",
+                 "test_tuning_records.py::tuned_conv"}
+
+
+def _function_id(item: pytest.Item) -> str:
+    """test_x.py::test_y: the node id's path under tests/, without parameters or group."""
+    return item.nodeid.split("@")[0].split("[")[0].removeprefix("tests/")
+
+
+def measured_slow(item: pytest.Item) -> bool:
+    fixtures = {f"{inspect.unwrap(d.func).__module__.rsplit('.', 1)[-1]}.py::{d.argname}"
+                for d in _fixture_defs(item)}
+    return MEASURED.get(_function_id(item), 0.0) >= SLOW_SECONDS or bool(fixtures
+                                                                         & SLOW_FIXTURES)
+
+
+def expected_seconds(item: pytest.Item) -> float:
+    known = MEASURED.get(_function_id(item))
+    if known is not None:
+        return known
+    marks = {m.name for m in item.iter_markers()}
+    return 10.0 if "slow" in marks else 5.0 if "qemu" in marks else 2.0 if "tvm" in marks \
+        else 0.5
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
+    for item in items:
+        found = tier_markers(item) | ({"slow"} if measured_slow(item) else set())
+        for name in sorted(found - {m.name for m in item.iter_markers()}):
+            item.add_marker(name)
+    result = yield
+    # After pytest's own ordering (which keeps the tests of a module-scoped fixture
+    # together): the modules whose tests take longest first, each module's tests together
+    # (scripts/test.sh gives each module to one worker: --dist loadfile).
+    modules: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.path, []).append(item)
+    ordered = sorted(modules.values(), key=lambda tests: -sum(map(expected_seconds, tests)))
+    items[:] = [item for tests in ordered for item in tests]
+    return result
