@@ -169,3 +169,29 @@ def test_variants_tflm_refuses_are_refused(variant, tmp_path):
     with pytest.raises(ExportError, match=f"UNIDIRECTIONAL_SEQUENCE_LSTM.*int8 LSTM "
                                           f"{REFUSED[variant]}"):
         export_model(path, tmp_path / "model.tar")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board", ["qemu-mps2-an385"])
+def test_lstm_output_on_the_board(board, tmp_path):
+    """The mnist LSTM's own output on a Cortex-M3, byte-equal with TFLite Micro."""
+    from generator.export.tflite.model import read_tflite
+    from generator.project.generate import generate
+    from generator.run import run_project
+    from tests.conftest import require_board_tools
+
+    require_board_tools(board)
+    data = MNIST.read_bytes()
+    lstm = next(op for op in read_tflite(data, str(MNIST)).ops
+                if op.code == "UNIDIRECTIONAL_SEQUENCE_LSTM")
+    model = with_output(data, lstm.outputs[0])
+    path = tmp_path / "model.tflite"
+    path.write_bytes(model)
+    result = export_model(path, tmp_path / "model.tar")
+    generate(result.path, board, tmp_path / "proj")
+    rng = np.random.default_rng(4)
+    xs = [rng.integers(-128, 128, result.inputs[0].shape).astype(np.int8) for _ in range(2)]
+    report = run_project(tmp_path / "proj", [{result.inputs[0].name: x} for x in xs])
+    for x, outputs in zip(xs, report.outputs, strict=True):
+        (got,) = outputs.values()
+        np.testing.assert_array_equal(np.asarray(got), tflm(model, x))
