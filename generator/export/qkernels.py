@@ -520,6 +520,22 @@ def _seq(stmts: list):
     return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
 
 
+def row_index(shape: tuple[int, ...], r, c) -> list:
+    """The index of element `c` of row `r` of a tensor whose last axis is the row."""
+    t = tirx
+    idx, rest = [], r
+    for d in reversed(shape[:-1]):
+        idx.append(t.truncmod(rest, d) if d > 1 else t.const(0, "int32"))
+        rest = t.truncdiv(rest, d)
+    return [*reversed(idx), c]
+
+
+def serial_loop(var, extent: int, body):
+    """for (var = 0; var < extent; ++var) body, as a TIR statement."""
+    return tirx.For(var, tirx.const(0, "int32"), tirx.const(extent, "int32"),
+                    tirx.ForKind.SERIAL, body)
+
+
 def _softmax_body(ar: TirArith, shape, input_multiplier: int, input_left_shift: int,
                   diff_min: int, xb, ob):
     t = tirx
@@ -528,15 +544,9 @@ def _softmax_body(ar: TirArith, shape, input_multiplier: int, input_left_shift: 
     i32 = "int32"
 
     def index(r, c):
-        idx, rest = [], r
-        for d in reversed(shape[:-1]):
-            idx.append(t.truncmod(rest, d) if d > 1 else t.const(0, i32))
-            rest = t.truncdiv(rest, d)
-        return [*reversed(idx), c]
+        return row_index(shape, r, c)
 
-    def loop(var, extent, body):
-        return t.For(var, t.const(0, i32), t.const(extent, i32), t.ForKind.SERIAL, body)
-
+    loop = serial_loop
     acc = t.decl_buffer((3,), i32, "acc")
     r, c, k = t.Var("r", i32), t.Var("c", i32), t.Var("k", i32)
     row_max, total = t.Var("row_max", i32), t.Var("sum_of_exps", i32)

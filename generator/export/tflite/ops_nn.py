@@ -10,10 +10,10 @@ from generator.accel.api import QuantizedOp
 from generator.export import qkernels
 from generator.export.fixedpoint import softmax_params
 from generator.export.quantize import _requant as requantization
+from generator.export.quantize import _requant_arrays, _zero_points
 from generator.export.tflite.convert import (
     UINT8_OFFSET,
     Context,
-    QInfo,
     Unsupported,
     activation_name,
     activation_range,
@@ -58,16 +58,6 @@ def _bias(ctx: Context, t: TfTensor | None, channels: int) -> np.ndarray:
 
 def _scales(scales: np.ndarray, channels: int) -> np.ndarray:
     return np.repeat(scales, channels) if scales.size == 1 else scales
-
-
-def _zero_points(x: QInfo, requant: qkernels.Requant) -> dict:
-    return {"input_zero_point": x.zero, "output_zero_point": requant.zero_point,
-            "act_min": requant.act_min, "act_max": requant.act_max}
-
-
-def _requant_arrays(requant: qkernels.Requant, channels: int) -> dict[str, np.ndarray]:
-    return {name: np.broadcast_to(np.asarray(v, np.int64), (channels,)).astype(np.int32)
-            for name, v in (("multiplier", requant.multiplier), ("shift", requant.shift))}
 
 
 @converter("CONV_2D", "DEPTHWISE_CONV_2D")

@@ -411,14 +411,9 @@ def log_softmax_kernel(shape: tuple[int, ...], input_scale: float) -> qkernels.K
     i32 = "int32"
 
     def index(r, c):
-        idx, rest = [], r
-        for d in reversed(shape[:-1]):
-            idx.append(t.truncmod(rest, d) if d > 1 else t.const(0, i32))
-            rest = t.truncdiv(rest, d)
-        return [*reversed(idx), c]
+        return qkernels.row_index(shape, r, c)
 
-    def loop(var, extent, body):
-        return t.For(var, t.const(0, i32), t.const(extent, i32), t.ForKind.SERIAL, body)
+    loop = qkernels.serial_loop
 
     def build(ar, ins, ob):
         xb = ins[0]
