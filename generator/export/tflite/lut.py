@@ -121,8 +121,10 @@ def _sigmoid_input(in_scale: float) -> tuple[int, int, int]:
     return multiplier, shift, radius
 
 
-def logistic(in_dtype: str, in_scale: float, in_zero: int, out_dtype: str) -> np.ndarray:
-    """TFLite's quantized LOGISTIC (output scale 1/256, zero point at the type's lowest)."""
+def _saturating_table(in_dtype: str, in_scale: float, in_zero: int, out_dtype: str,
+                      inside) -> np.ndarray:
+    """The shape LOGISTIC and TANH share: inputs beyond the radius saturate to the type's
+    limits, the rest go through `inside(rescaled Q4.27 input, lo, hi)`, clamped."""
     multiplier, shift, radius = _sigmoid_input(in_scale)
     lo, hi = type_range(out_dtype)
     out = []
@@ -133,27 +135,20 @@ def logistic(in_dtype: str, in_scale: float, in_zero: int, out_dtype: str) -> np
         elif x >= radius:
             out.append(hi)
         else:
-            q = _AR.rdbp(_logistic_q0(mbqm(x, multiplier, shift)), 23)
-            out.append(min(max(q + lo, lo), hi))
+            out.append(min(max(inside(mbqm(x, multiplier, shift), lo, hi), lo), hi))
     return store(np.array(out, np.int64), out_dtype)
+
+
+def logistic(in_dtype: str, in_scale: float, in_zero: int, out_dtype: str) -> np.ndarray:
+    """TFLite's quantized LOGISTIC (output scale 1/256, zero point at the type's lowest)."""
+    return _saturating_table(in_dtype, in_scale, in_zero, out_dtype,
+                             lambda q4, lo, hi: _AR.rdbp(_logistic_q0(q4), 23) + lo)
 
 
 def tanh(in_dtype: str, in_scale: float, in_zero: int, out_dtype: str) -> np.ndarray:
     """TFLite's quantized TANH (output scale 1/128, zero point at the type's middle)."""
-    multiplier, shift, radius = _sigmoid_input(in_scale)
-    lo, hi = type_range(out_dtype)
-    mid = (lo + hi + 1) // 2
-    out = []
-    for v in file_values(in_dtype):
-        x = int(v) - in_zero
-        if x <= -radius:
-            out.append(lo)
-        elif x >= radius:
-            out.append(hi)
-        else:
-            q = _AR.rdbp(_tanh_q0(mbqm(x, multiplier, shift)), 24) + mid
-            out.append(min(max(q, lo), hi))
-    return store(np.array(out, np.int64), out_dtype)
+    return _saturating_table(in_dtype, in_scale, in_zero, out_dtype,
+                             lambda q4, lo, hi: _AR.rdbp(_tanh_q0(q4), 24) + (lo + hi + 1) // 2)
 
 
 def concat_rescale(in_dtype: str, in_scale: float, in_zero: int, out_dtype: str,
