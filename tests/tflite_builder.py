@@ -28,7 +28,13 @@ import flatbuffers
 import numpy as np
 import tflite
 
-from tests.tflite_models import BUFFER_ALIGNMENT, FILE_IDENTIFIER, SCHEMA_VERSION
+from tests.tflite_models import (
+    FILE_IDENTIFIER,
+    SCHEMA_VERSION,
+    _buffer_table,
+    _int32_vector,
+    _offset_vector,
+)
 
 # dtype name -> (tflite.TensorType, numpy dtype, little endian)
 _DTYPES: dict[str, tuple[int, np.dtype]] = {
@@ -537,31 +543,6 @@ class ModelBuilder:
         if intermediates is not None:
             tflite.OperatorAddIntermediates(b, intermediates)
         return tflite.OperatorEnd(b)
-
-
-def _int32_vector(b: flatbuffers.Builder, values: Sequence[int]) -> int:
-    return b.CreateNumpyVector(np.asarray(values, dtype="<i4").reshape(-1))
-
-
-def _offset_vector(b: flatbuffers.Builder, offsets: Sequence[int]) -> int:
-    b.StartVector(4, len(offsets), 4)
-    for off in reversed(offsets):
-        b.PrependUOffsetTRelative(off)
-    return b.EndVector()
-
-
-def _buffer_table(b: flatbuffers.Builder, data: bytes) -> int:
-    data_offset = None
-    if data:
-        # Constants are read in place by TFLite (Micro): aligned as the converter does.
-        b.StartVector(1, len(data), BUFFER_ALIGNMENT)
-        b.head = b.head - len(data)
-        b.Bytes[b.head:b.head + len(data)] = data
-        data_offset = b.EndVector()
-    tflite.BufferStart(b)
-    if data_offset is not None:
-        tflite.BufferAddData(b, data_offset)
-    return tflite.BufferEnd(b)
 
 
 def _tensor_table(b: flatbuffers.Builder, t: Tensor, name: str, buffer: int) -> int:

@@ -279,8 +279,8 @@ def _buffer_table(b: flatbuffers.Builder, data: bytes) -> int:
     if data:
         # Constant data is read in place by TFLite (Micro): align it as the converter does.
         b.StartVector(1, len(data), BUFFER_ALIGNMENT)
-        for byte in reversed(data):
-            b.PrependUint8(byte)
+        b.head = b.head - len(data)  # the bytes at once (one Prepend each is slow)
+        b.Bytes[b.head:b.head + len(data)] = data
         data_offset = b.EndVector()
     tflite.BufferStart(b)
     if data_offset is not None:
