@@ -32,7 +32,7 @@ from generator.export.mlf_writer import (
     module_metadata,
     write_archive,
 )
-from generator.mlf.model import ShapedTensor
+from generator.mlf.dtypes import ShapedTensor
 from generator.project.cdata import c_string_literal
 
 STYLE = "operator"
