@@ -17,13 +17,13 @@ import jinja2
 
 from generator import RUNTIME_ABI_VERSION, __version__
 from generator.boards import Board, load_board
+from generator.cdata import c_bytes_initializer, c_string_literal
 from generator.errors import ProjectError, UnsupportedModelError
 from generator.mlf.archive import ArchiveFiles
 from generator.mlf.dtypes import dlpack_type_code, dtype_bits
 from generator.mlf.model import MlfArchive, ModuleInfo, c_identifier
 from generator.mlf.reader import load_mlf
 from generator.project.accelerators import AcceleratorBuild, project_accelerators
-from generator.project.cdata import c_bytes_initializer, c_string_literal
 from generator.project.extra_files import read_extra_files
 from generator.project.fit import check_fits
 from generator.project.libraries import Libraries, needed_libraries
