@@ -20,6 +20,7 @@ from pathlib import Path
 
 from generator.boards import Board, FlashSpec, QemuSpec, UsbSpec, load_board
 from generator.errors import BoardError, ProjectError, ToolchainError
+from generator.toolchain import FIRMWARE, first_error
 
 TEMPLATE_FILE = "template.json"
 BOARDS_FILE = "boards.json"
@@ -263,8 +264,6 @@ def build_zephyr(project_dir: Path, project: dict, build_dir: Path, log: Path,
                  env: dict[str, str] | None = None, progress=None) -> Path:
     """Build the Zephyr application; returns the ELF (copied to the build dir's firmware.elf
     so that `run`, `serve` and the Project API open it like any project's)."""
-    from generator.build import FIRMWARE, first_error
-
     env = dict(os.environ if env is None else env)
     base = env.get("ZEPHYR_BASE")
     if not base:
