@@ -10,7 +10,7 @@ from pathlib import Path
 from generator.boards import Board, load_board
 from generator.elfsize import SizeReport, elf_size, symbol_sizes
 from generator.errors import ToolchainError
-from generator.project.generate import load_project
+from generator.project.record import load_project
 from generator.toolchain import (
     BUILD_DIR,
     BUILD_INFO,

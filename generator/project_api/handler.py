@@ -28,7 +28,7 @@ from generator.project_api.protocol import (
 )
 
 PLATFORM_NAME = "crt"
-PROJECT_FILE = "project.json"  # generator.project.generate.PROJECT_FILE
+PROJECT_FILE = "project.json"  # generator.project.record.PROJECT_FILE
 MODEL_COPY = "model.tar"
 MAX_READ_BYTES = 1 << 20  # one read_transport reply
 DEFINITION_RE = re.compile(r"(?:-D)?([A-Za-z_][A-Za-z0-9_]*)(?:=([A-Za-z0-9_.+-]*))?")
@@ -103,7 +103,7 @@ class ProjectServer:
 
         if self.is_template:
             return str(template_info(self.dir).get("platform_name", PLATFORM_NAME))
-        from generator.project.generate import load_project
+        from generator.project.record import load_project
 
         return str(load_project(self.dir).get("zephyr", {}).get("platform_name", PLATFORM_NAME))
 
@@ -268,7 +268,7 @@ def parse_definitions(text: str | None) -> dict[str, str]:
 def _open_link(project_dir: Path, serial_number: str | None) -> Any:
     from generator.boards import load_board
     from generator.device.runner import open_device
-    from generator.project.generate import load_project
+    from generator.project.record import load_project
 
     project = load_project(project_dir)
     if "zephyr" in project:

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from generator.errors import InputError, ProjectError
 from generator.link.session import Link, SessionTimeouts
-from generator.project.generate import HOST_DRIVEN, load_project
+from generator.project.record import load_project
+from generator.project.sizing import HOST_DRIVEN
 from generator.rpc.bridge import IDLE_TIMEOUT, Bridge, DeviceLink
 from generator.rpc.firmware import FirmwareSlot
 
