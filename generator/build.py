@@ -1,30 +1,17 @@
-"""Configuring and building a generated project with CMake and Ninja."""
+"""Building a generated project: its template's back-end builds the firmware (CMake and
+Ninja for the CRT template, Zephyr's build for the Zephyr one); the sizes and buffers of the
+ELF are measured and recorded in build/build.json."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from generator.boards import Board, load_board
+from generator.boards import Board
 from generator.elfsize import SizeReport, elf_size, symbol_sizes
-from generator.errors import ToolchainError
-from generator.project.record import load_project
-from generator.toolchain import (
-    BUILD_DIR,
-    BUILD_INFO,
-    FIRMWARE,
-    MAP_FILE,
-    SETTINGS,
-    cmake_program,
-    configured_elsewhere,
-    ninja_program,
-    ram_use_from_map,
-    recorded_sanitize,
-    require_compiler,
-    run_logged,
-)
+from generator.project.record import load_record
+from generator.toolchain import BUILD_DIR, BUILD_INFO
 
 # Static buffers of the generated glue (templates/crt/*_glue.c.j2), measured in the ELF.
 ARENA_SYMBOL = "workspace_arena"
@@ -62,46 +49,9 @@ def board_ram(board: Board) -> tuple[int, int] | None:
 def build(project_dir: Path, sanitize: bool | None = None, progress=None) -> BuildResult:
     """Configure (once) and build; `sanitize=None` keeps the setting of the last build."""
     project_dir = project_dir.resolve()
-    project = load_project(project_dir)
-    if "zephyr" in project:
-        return _build_zephyr(project_dir, project, sanitize, progress)
-    board = load_board(project["board"])
-    require_compiler(board)
-    build_dir = project_dir / BUILD_DIR
-    previous = recorded_sanitize(project_dir)
-    if sanitize is None:
-        sanitize = bool(previous)
-    if sanitize and not board.is_native:
-        raise ToolchainError(f"--sanitize needs a host build; board '{board.name}' runs "
-                             "cross-compiled firmware")
-    if build_dir.exists() and (previous != sanitize or configured_elsewhere(project_dir)):
-        shutil.rmtree(build_dir)  # configured otherwise, by an older version, or elsewhere
-    build_dir.mkdir(exist_ok=True)
-    (build_dir / SETTINGS).write_text(json.dumps({"sanitize": sanitize}) + "\n")
-    log = build_dir / "build.log"
-    log.write_text("")
-    configure = [cmake_program(), "-S", str(project_dir), "-B", str(build_dir),
-                 "-DCMAKE_BUILD_TYPE=", f"-DMTVG_SANITIZE={'ON' if sanitize else 'OFF'}"]
-    ninja = ninja_program()
-    if ninja:
-        configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
-    # Cross boards: the project's CMakeLists picks up its cmake/toolchain.cmake by itself.
-    if progress:
-        progress("configuring")
-    if not (build_dir / "CMakeCache.txt").exists():
-        run_logged(configure, project_dir, "CMake configure", log)
-    if progress:
-        progress("compiling")
-    try:
-        run_logged([cmake_program(), "--build", str(build_dir), "--", "-j2"] if ninja is None
-                   else [cmake_program(), "--build", str(build_dir)], project_dir, "build", log)
-    except ToolchainError as exc:
-        # A port's linker ASSERT on RAM names no numbers; the map file has them.
-        used = ram_use_from_map(build_dir / MAP_FILE, board) if "RAM" in str(exc) else None
-        if used is None:
-            raise
-        raise ToolchainError(f"{exc}; {used}") from None
-    return _result(project_dir, project, board, build_dir / FIRMWARE, sanitize)
+    record = load_record(project_dir)
+    built = record.backend.build(project_dir, record.data, record.board, sanitize, progress)
+    return _result(project_dir, record.data, record.board, built.elf, built.sanitize)
 
 
 def _result(project_dir: Path, project: dict, board: Board, elf: Path,
@@ -116,21 +66,3 @@ def _result(project_dir: Path, project: dict, board: Board, elf: Path,
                          module.get("storage_bytes", 0), symbols.get(STORAGE_SYMBOL, 0))
     info_path.write_text(json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n")
     return result
-
-
-def _build_zephyr(project_dir: Path, project: dict, sanitize: bool | None,
-                  progress) -> BuildResult:
-    """A project from templates/zephyr: `west build`, or CMake + Ninja with ZEPHYR_BASE."""
-    from generator.project.zephyr import build_zephyr, project_board
-
-    if sanitize:
-        raise ToolchainError("--sanitize needs a host build; Zephyr projects are firmware")
-    board = project_board(project)
-    build_dir = project_dir / BUILD_DIR
-    if configured_elsewhere(project_dir):
-        shutil.rmtree(build_dir)
-    build_dir.mkdir(exist_ok=True)
-    log = build_dir / "build.log"
-    log.write_text("")
-    elf = build_zephyr(project_dir, project, build_dir, log, progress=progress)
-    return _result(project_dir, project, board, elf, False)

@@ -14,8 +14,8 @@ from generator.elfsize import elf_size
 from generator.errors import DeviceError, InputError
 from generator.link.app_client import AppClient, RunResult
 from generator.mlf.model import c_identifier
+from generator.project.backends import board_of_project
 from generator.project.record import load_project
-from generator.project.zephyr import board_of_project
 from generator.project_api.drive import project_device
 from generator.toolchain import BUILD_DIR, FIRMWARE
 

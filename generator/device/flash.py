@@ -35,8 +35,8 @@ from generator.build import build
 from generator.device.serial_ports import connected_ports, find_board_port
 from generator.device.uf2 import write_uf2
 from generator.errors import BoardError, DeviceError, ToolchainError
+from generator.project.backends import board_of_project
 from generator.project.record import load_project
-from generator.project.zephyr import board_of_project
 from generator.toolchain import BUILD_DIR, FIRMWARE
 
 UF2_NAME = "firmware.uf2"

@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 
 from generator import RUNTIME_ABI_VERSION, __version__
-from generator.boards import Board, load_board
+from generator.boards import Board
 from generator.cdata import c_bytes_initializer, c_string_literal
 from generator.errors import ProjectError
 from generator.mlf.archive import ArchiveFiles
@@ -23,6 +23,13 @@ from generator.mlf.model import MlfArchive, ModuleInfo, c_identifier
 from generator.mlf.reader import load_mlf
 from generator.project.accelerators import AcceleratorBuild, project_accelerators
 from generator.project.atomic_write import check_target_dir, write_atomically
+from generator.project.backend import (
+    BASE_TEMPLATE,
+    TemplateBackend,
+    TemplateBoard,
+    backend_spec,
+)
+from generator.project.backends import backend_named
 from generator.project.checks import check_buildable
 from generator.project.extra_files import read_extra_files
 from generator.project.fit import check_fits
@@ -38,12 +45,6 @@ from generator.project.sizing import (
     rpc_pool_bytes,
 )
 from generator.project.tvm_headers import TvmHeaders, include_roots, tvm_headers
-from generator.project.zephyr import (
-    ZephyrBoard,
-    effective_board,
-    is_zephyr_template,
-    zephyr_board,
-)
 from generator.resources import templates_dir
 
 # The Project API server every project carries, and the copy of its archive.
@@ -99,15 +100,13 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
              template: Path | None = None) -> GeneratedProject:
     """Render a project. The Project API's options arrive as `extra_definitions` (checked
     NAME → VALUE), `werror` for our code, and a tar of extra files (plain names, never
-    replacing a generated file). `template`: a template directory with its own templates
-    (a Zephyr template names Zephyr boards: generator/project/zephyr.py)."""
-    zephyr = None
-    if is_zephyr_template(template):
-        assert template is not None
-        zephyr = zephyr_board(template, board_name)
-        board = effective_board(zephyr)
-    else:
-        board = load_board(board_name)
+    replacing a generated file). `template`: a template directory (default: templates/crt);
+    its template.json names the back-end that knows its boards (generator/project/backend.py)."""
+    template_dir = template if template is not None else templates_dir() / BASE_TEMPLATE
+    spec = backend_spec(template_dir)
+    backend = backend_named(spec)
+    target = backend.template_board(template_dir, board_name)
+    board = target.board
     archive, files = load_mlf(archive_path)
     try:
         module = archive.module(module_name)
@@ -119,13 +118,14 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
     check_fits(module, board, kind, str(archive_path))
     libraries = needed_libraries(module, str(archive_path), cmsis_nn)
     accelerators = project_accelerators(
-        module, board, str(archive_path), zephyr is not None,
+        module, board, str(archive_path), None if backend.accelerator_drivers else backend.title,
         {"cmsis-nn": {"path": str(cmsis_nn)}} if cmsis_nn else None)
     check_target_dir(out_dir, force)
 
     extra = read_extra_files(extra_files_tar) if extra_files_tar else {}
     rendered = _render_files(archive, files, module, board, archive_path, kind, libraries,
-                             extra_definitions or {}, werror, template, zephyr, accelerators)
+                             extra_definitions or {}, werror, template_dir, spec, backend,
+                             target, accelerators)
     rendered.update(_project_api_files(archive_path, template))
     clash = sorted(set(extra) & set(rendered))
     if clash:
@@ -146,6 +146,12 @@ def _project_api_files(archive_path: Path, template: Path | None = None) -> dict
     return files
 
 
+def _template_file(search: list[Path], name: str) -> Path:
+    """The first of the template folders that holds `name`: the template's own copy, else
+    the CRT template's."""
+    return next((d / name for d in search if (d / name).is_file()), search[-1] / name)
+
+
 def plain_text(text: str) -> str:
     """Text from outside (a file name) made safe for a comment in any generated language:
     every character but letters, digits and ' _.+-' becomes '?'."""
@@ -153,18 +159,16 @@ def plain_text(text: str) -> str:
 
 
 def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, board: Board,
-                  archive_path: Path, project_type: str,
-                  libraries: Libraries | None = None,
-                  extra_definitions: dict[str, str] | None = None,
-                  werror: bool = True, template: Path | None = None,
-                  zephyr: ZephyrBoard | None = None,
-                  accelerators: list[AcceleratorBuild] | None = None) -> dict[str, bytes]:
+                  archive_path: Path, project_type: str, libraries: Libraries | None,
+                  extra_definitions: dict[str, str], werror: bool, template: Path,
+                  spec: str, backend: TemplateBackend, target: TemplateBoard,
+                  accelerators: list[AcceleratorBuild]) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
-    accelerators = accelerators or []
     for accel in accelerators:
         out.update(accel.files)
     common = templates_dir() / "common"
-    crt = templates_dir() / "crt"
+    # A template's own files first (its CMakeLists.txt.j2...), the CRT template's otherwise.
+    search = backend.search_path(template)
 
     for src in sorted((common / "include").rglob("*.h")):
         out[f"runtime/include/{src.relative_to(common / 'include').as_posix()}"] = src.read_bytes()
@@ -183,7 +187,7 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         if src.is_file() and src.suffix in (".c", ".h", ".ld", ".S", ".cmake"):
             out[f"platform/{src.name}"] = src.read_bytes()
     app_main = "rpc_main.c" if host_driven else "app.c"
-    out[f"app/{app_main}"] = (crt / "src" / app_main).read_bytes()
+    out[f"app/{app_main}"] = _template_file(search, f"src/{app_main}").read_bytes()
 
     for s in module.sources:
         out[f"model/src/{s.path.rsplit('/', 1)[-1]}"] = files.data[s.path]
@@ -196,9 +200,7 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     arena = arena_bytes_for(module)
     external_pools = [ExternalPool(p.name, c_identifier(p.name), p.size_bytes)
                       for p in module.pools if not p.internal]
-    # A template's own files first (its CMakeLists.txt.j2...), the CRT template's otherwise.
-    search = [str(template), str(crt)] if zephyr is not None and template else [str(crt)]
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(search),
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(d) for d in search]),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              autoescape=False)
     env.filters["c_string"] = c_string_literal
@@ -247,30 +249,24 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         "model_objects": sorted(n for n in out if n.startswith("model/lib/")),
         "tvm_include_dirs": headers.include_dirs,
         "tvm_code_cflags": TVM_CODE_CFLAGS,
-        "zephyr": zephyr,
         "accelerators": accelerators,
         "accel_counters": [a.counters for a in accelerators if a.counters],
         "multilib_flags": [f for f in board.cflags if f.startswith(("-mcpu", "-mthumb",
                                                                     "-mfloat-abi", "-mfpu"))],
     }
     context.update(graph_context)
+    context.update(target.context)
     if not host_driven:
         glue = "graph_glue.c.j2" if module.executor == "graph" else "model_glue.c.j2"
         out["app/model_glue.c"] = env.get_template(glue).render(context).encode()
     out["CMakeLists.txt"] = env.get_template("CMakeLists.txt.j2").render(context).encode()
-    if zephyr is not None:
-        out["prj.conf"] = env.get_template("prj.conf.j2").render(context).encode()
-    elif not board.is_native:
-        toolchain = env.get_template("toolchain.cmake.j2").render(context)
-        out["cmake/toolchain.cmake"] = toolchain.encode()
+    out.update(backend.render_extras(env, context, board))
     out["README.md"] = env.get_template("README.md.j2").render(
         context, project_type=project_type, board_is_native=board.is_native).encode()
 
-    sections = {"zephyr": {"board": zephyr.to_json(), "platform_name": "zephyr"}} if zephyr \
-        else {}
     out[PROJECT_FILE] = record_bytes(new_record(
-        board, archive, archive_path.name, module, project_type, accelerators,
-        headers.record() if module.abi is not None else None, sections))
+        spec, board, archive, archive_path.name, module, project_type, accelerators,
+        headers.record() if module.abi is not None else None, target.record))
     return out
 
 

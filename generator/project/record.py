@@ -1,14 +1,16 @@
 """project.json: the record a generated project carries of what it was made from.
 
 The renderer writes it (`new_record`); `build`, `run`, `flash`, `serve` and the project's
-Project API server read it (`load_project`). Its `schema` changes when a reader could
-misread an older record.
+Project API server read it (`load_project`, or `load_record` for the record with the
+template back-end that made the project and the board it runs on). Its `schema` changes
+when a reader could misread an older record.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -16,6 +18,8 @@ from generator import RUNTIME_ABI_VERSION, __version__
 from generator.boards import Board
 from generator.errors import ProjectError
 from generator.mlf.model import MlfArchive, ModuleInfo, TensorInfo
+from generator.project.backend import TemplateBackend
+from generator.project.backends import project_backend
 from generator.project.sizing import (
     HOST_DRIVEN,
     arena_bytes_for,
@@ -34,13 +38,25 @@ class CountedAccelerator(Protocol):
     counters: str | None
 
 
-def new_record(board: Board, archive: MlfArchive, archive_name: str, module: ModuleInfo,
-               project_type: str, accelerators: Sequence[CountedAccelerator],
-               tvm_headers: dict | None = None, sections: dict | None = None) -> dict:
-    """The record of a project rendered from `module` for `board`; `sections`: what the
-    template's back-end adds."""
+@dataclass(frozen=True)
+class ProjectRecord:
+    """A generated project's project.json, with its template's back-end and its board."""
+
+    directory: Path
+    data: dict
+    backend: TemplateBackend
+    board: Board
+
+
+def new_record(backend: str, board: Board, archive: MlfArchive, archive_name: str,
+               module: ModuleInfo, project_type: str,
+               accelerators: Sequence[CountedAccelerator], tvm_headers: dict | None = None,
+               sections: dict | None = None) -> dict:
+    """The record of a project rendered from `module` for `board` by the template back-end
+    `backend` (the name its template.json gives); `sections`: what that back-end adds."""
     project = {
         "schema": PROJECT_SCHEMA,
+        "backend": backend,
         "generator_version": __version__,
         "runtime_abi": RUNTIME_ABI_VERSION,
         "project_type": project_type,
@@ -94,3 +110,10 @@ def load_project(project_dir: Path) -> dict:
     if data.get("schema") != PROJECT_SCHEMA:
         raise ProjectError(f"{path}: project schema {data.get('schema')!r}; regenerate the project")
     return data
+
+
+def load_record(project_dir: Path) -> ProjectRecord:
+    """A generated project's record, its back-end found and its board looked up."""
+    data = load_project(project_dir)
+    backend = project_backend(data)
+    return ProjectRecord(project_dir, data, backend, backend.project_board(data))
