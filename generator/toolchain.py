@@ -6,6 +6,7 @@ A leaf of the package: the build (build.py) and every template back-end's build 
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -24,32 +25,26 @@ FIRMWARE = "firmware.elf"
 MAP_FILE = "firmware.map"  # -Wl,-Map in templates/crt/CMakeLists.txt.j2
 
 
+def _from_wheel(package: str, bin_dir: str, tool: str) -> str | None:
+    """A tool from its PyPI package (pinned) when that is installed."""
+    try:
+        module = importlib.import_module(package)
+    except ImportError:
+        return None
+    candidate = Path(getattr(module, bin_dir)) / tool
+    return str(candidate) if candidate.is_file() else None
+
+
 def cmake_program() -> str:
     """CMake from the PyPI package when installed (pinned), else from PATH."""
-    try:
-        import cmake  # type: ignore[import-untyped]
-
-        candidate = Path(cmake.CMAKE_BIN_DIR) / "cmake"
-        if candidate.is_file():
-            return str(candidate)
-    except ImportError:
-        pass
-    found = shutil.which("cmake")
+    found = _from_wheel("cmake", "CMAKE_BIN_DIR", "cmake") or shutil.which("cmake")
     if not found:
         raise ToolchainError("cmake not found", hint="pip install cmake")
     return found
 
 
 def ninja_program() -> str | None:
-    try:
-        import ninja  # type: ignore[import-untyped]
-
-        candidate = Path(ninja.BIN_DIR) / "ninja"
-        if candidate.is_file():
-            return str(candidate)
-    except ImportError:
-        pass
-    return shutil.which("ninja")
+    return _from_wheel("ninja", "BIN_DIR", "ninja") or shutil.which("ninja")
 
 
 # Debian packages of each cross toolchain (compiler and C library).
