@@ -27,7 +27,6 @@ from generator.project_api.protocol import (
     serve_lines,
 )
 
-PLATFORM_NAME = "crt"
 PROJECT_FILE = "project.json"  # generator.project.record.PROJECT_FILE
 MODEL_COPY = "model.tar"
 MAX_READ_BYTES = 1 << 20  # one read_transport reply
