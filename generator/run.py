@@ -9,14 +9,15 @@ import numpy as np
 
 from generator import RUNTIME_ABI_VERSION
 from generator.boards import Board
-from generator.build import BUILD_DIR, FIRMWARE, BuildResult, board_ram, build
+from generator.build import BuildResult, board_ram, build
 from generator.elfsize import elf_size
 from generator.errors import DeviceError, InputError
 from generator.link.app_client import AppClient, RunResult
 from generator.mlf.model import c_identifier
-from generator.project.generate import load_project
-from generator.project.zephyr import board_of_project
+from generator.project.backends import board_of_project
+from generator.project.record import load_project
 from generator.project_api.drive import project_device
+from generator.toolchain import BUILD_DIR, FIRMWARE
 
 BOOT_TIMEOUT = 60.0
 REPLY_TIMEOUT = 120.0

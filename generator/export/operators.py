@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from generator import __version__
+from generator.cdata import c_string_literal
 from generator.errors import ExportError
 from generator.export.api import TARGET, with_c_input_names
 from generator.export.lower import (
@@ -32,8 +33,7 @@ from generator.export.mlf_writer import (
     module_metadata,
     write_archive,
 )
-from generator.mlf.model import ShapedTensor
-from generator.project.cdata import c_string_literal
+from generator.mlf.dtypes import ShapedTensor
 
 STYLE = "operator"
 ENTRY_SIGNATURE = ("int f(TVMValue* args, int* type_codes, int num_args, "

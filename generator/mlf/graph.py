@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 
 from generator.errors import MlfError
-from generator.mlf.model import DTYPE_RE, ShapedTensor, dtype_bits
+from generator.mlf.dtypes import DTYPE_RE, ShapedTensor, dtype_bits
 from generator.mlf.safejson import load_bounded
 
 STORAGE_ALIGN = 16  # MTVG_GRAPH_STORAGE_ALIGN in templates/common/include/mtvg/graph.h

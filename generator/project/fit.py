@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from generator.boards import Board
 from generator.errors import UnsupportedModelError
 from generator.mlf.model import ModuleInfo
+from generator.project.sizing import HOST_DRIVEN, arena_bytes_for, rpc_pool_bytes
 
 # Native boards have no [memory] table. With gcc's default (small) code model a program's
 # static data must lie within 2 GiB on x86-64 (4 GiB on AArch64: ADRP's +-4 GiB range).
@@ -59,9 +60,6 @@ def _graph_tables_min(limits: dict[str, int]) -> int:
 
 def estimate(module: ModuleInfo, board: Board, project_type: str = "standalone") -> MemoryNeed:
     """Memory a project of this module for this board certainly needs."""
-    # Imported here: generate.py imports this module.
-    from generator.project.generate import HOST_DRIVEN, arena_bytes_for, rpc_pool_bytes
-
     ram: dict[str, int] = {"workspace arena": arena_bytes_for(module)}
     flash: dict[str, int] = {}
     internal = sum(p.size_bytes for p in module.pools if p.internal)
