@@ -81,7 +81,7 @@ int TVMBackendFreeWorkspace(int device_type, int device_id, void* ptr) {
   (void)device_id;
   if (live_count == 0 || live_blocks[live_count - 1] != (uint8_t*)ptr) {
     TVMAPISetLastError("workspace: free out of LIFO order");
-    return -1;
+    return MTVG_FAILED;
   }
   live_count--;
   arena_top = live_offsets[live_count];

@@ -20,7 +20,7 @@
  *   mtvg_graph_plan()        give each storage id its memory
  *   mtvg_graph_input() / _output()  the tensors to write and read
  *   mtvg_graph_run()         as often as wanted
- * Each returns 0 on success and -1 after TVMAPISetLastError() said why.
+ * Each returns MTVG_OK on success and MTVG_FAILED after TVMAPISetLastError() said why.
  */
 #ifndef MTVG_GRAPH_H_
 #define MTVG_GRAPH_H_
@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "dlpack/dlpack.h"
+#include "mtvg/status.h"
 #include "tvm/runtime/c_runtime_api.h"
 #include "tvm/runtime/crt/module.h"
 
@@ -249,7 +250,8 @@ int mtvg_params_open(mtvg_params_reader_t* r, const uint8_t* blob, size_t size);
 
 /*!
  * \brief The next parameter.
- * \return 1 with *out filled, 0 at the end, -1 on a malformed record (last error set).
+ * \return 1 with *out filled, 0 at the end, MTVG_FAILED on a malformed record (last error
+ *         set).
  */
 int mtvg_params_next(mtvg_params_reader_t* r, mtvg_param_t* out);
 

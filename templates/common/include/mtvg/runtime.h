@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mtvg/status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -59,12 +61,19 @@ uint32_t mtvg_workspace_failures(void);
 
 /* ---- Framing (microTVM-compatible bytes; docs/link.md) --------------------------------- */
 
+/*! \brief Escape byte: FF FF on the wire is one FF of data; FF FD starts a frame. */
+#define MTVG_FRAME_ESC 0xFFu
+/*! \brief A byte receivers skip (alone outside a frame, as FF FE inside one). */
+#define MTVG_FRAME_NOP 0xFEu
+/*! \brief Follows MTVG_FRAME_ESC to start a frame. */
+#define MTVG_FRAME_START 0xFDu
+
 /*! \brief CRC-16/CCITT-FALSE update: poly 0x1021, MSB first, no reflection. Start at 0xFFFF. */
 uint16_t mtvg_crc16_update(uint16_t crc, const uint8_t* data, size_t n);
 
 /*!
  * \brief Send one frame: FF FD, u32 length, payload, u16 CRC, with every FF escaped as FF FF.
- * \return 0 on success, -1 if the link failed or n > MTVG_LINK_MAX_PAYLOAD.
+ * \return MTVG_OK, or MTVG_FAILED if the link failed or n > MTVG_LINK_MAX_PAYLOAD.
  */
 int mtvg_frame_send(const uint8_t* payload, size_t n);
 
@@ -75,14 +84,11 @@ int mtvg_frame_send_parts(const uint8_t* head, size_t head_n, const uint8_t* bod
 /*! \brief Send a lone FE: receivers skip it; it marks a fresh start of our byte stream. */
 int mtvg_frame_send_nop(void);
 
-/*! \brief mtvg_frame_receive_checked() result: a damaged frame or junk was dropped. */
-#define MTVG_FRAME_DAMAGED (-2)
-
 /*!
  * \brief Receive one frame into buf (capacity MTVG_LINK_MAX_PAYLOAD), reporting damage.
  * \return payload length (>= 0); MTVG_FRAME_DAMAGED after dropping a frame with a bad CRC,
  * escape or length, or at the first byte of junk between frames (once per run of junk);
- * -1 when the link closed.
+ * MTVG_LINK_CLOSED when the link closed.
  */
 int32_t mtvg_frame_receive_checked(uint8_t* buf);
 
@@ -90,7 +96,7 @@ int32_t mtvg_frame_receive_checked(uint8_t* buf);
  * \brief Receive the next intact frame into buf (capacity MTVG_LINK_MAX_PAYLOAD).
  * Bytes before a start marker, frames with a bad CRC, bad escapes or an oversize length
  * are dropped, and the search goes on.
- * \return payload length (>= 0), or -1 when the link closed.
+ * \return payload length (>= 0), or MTVG_LINK_CLOSED when the link closed.
  */
 int32_t mtvg_frame_receive(uint8_t* buf);
 
