@@ -1104,6 +1104,7 @@ int mtvg_graph_run(mtvg_graph_t* g) {
       msg_slice(&m, n->func_name);
       msg_str(&m, " failed: ");
       msg_str(&m, TVMGetLastError());
+      TVMAPISetLastError(NULL); /* the operator's reason is in ours: ours replaces it */
       return msg_fail(&m);
     }
   }

@@ -32,7 +32,7 @@ extern "C" {
 #define MTVG_WORKSPACE_MAX_LIVE 64
 #endif
 
-/*! \brief Bytes kept of the last error message, including the terminating NUL. */
+/*! \brief Bytes kept of the error message (TVMAPISetLastError), including the NUL. */
 #ifndef MTVG_LAST_ERROR_BYTES
 #define MTVG_LAST_ERROR_BYTES 128
 #endif
