@@ -6,11 +6,12 @@ import struct
 import time
 from dataclasses import dataclass
 
+from generator import abi
 from generator.device.runner import Device
 from generator.errors import DeviceError
 from generator.link.framing import Unframer, encode_frame
 
-DEVICE_MAX_PAYLOAD = 1024  # MTVG_LINK_MAX_PAYLOAD
+DEVICE_MAX_PAYLOAD = abi.constant("MTVG_LINK_MAX_PAYLOAD")  # the default the app is built with
 INPUT_CHUNK = DEVICE_MAX_PAYLOAD - 6
 OUTPUT_CHUNK = DEVICE_MAX_PAYLOAD - 1
 

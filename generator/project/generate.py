@@ -15,7 +15,7 @@ from pathlib import Path
 
 import jinja2
 
-from generator import RUNTIME_ABI_VERSION, __version__
+from generator import RUNTIME_ABI_VERSION, __version__, abi
 from generator.boards import Board, load_board
 from generator.errors import ProjectError, UnsupportedModelError
 from generator.mlf.archive import ArchiveFiles
@@ -48,8 +48,8 @@ STAGING_NAME = ".mtvg-staging"
 PROJECT_API_FILES = ("microtvm_api_server.py", "launch_microtvm_api_server.sh")
 MODEL_COPY = "model.tar"
 EXECUTABLE_SUFFIXES = (".sh", "microtvm_api_server.py")
-WORKSPACE_ALIGN = 16  # MTVG_WORKSPACE_ALIGN in templates/common/include/mtvg/runtime.h
-MIN_LIVE_BLOCKS = 64  # MTVG_WORKSPACE_MAX_LIVE default
+WORKSPACE_ALIGN = abi.constant("MTVG_WORKSPACE_ALIGN")
+MIN_LIVE_BLOCKS = abi.constant("MTVG_WORKSPACE_MAX_LIVE")  # the default
 # Runtime files only graph-executor projects compile.
 GRAPH_RUNTIME_SOURCES = ("graph.c", "graph_params.c")
 # Runtime files only host-driven projects compile.
