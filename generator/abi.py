@@ -6,7 +6,7 @@ instead of keeping a copy. A name missing from the headers, or a value that is n
 integer constant expression, fails loudly at import of the module that needs it.
 
 Values may be written as C integer constant expressions: decimal, hex, with u/l suffixes,
-parentheses, + - * / % << >> & | ^ ~, and other MTVG_* names.
+parentheses, + - * / % << >> & | ^ ~, and the names of other constants.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ HEADERS = ("status.h", "runtime.h", "graph.h", "accel.h", "session.h", "rpc_serv
 
 # `#define NAME value`, where value may continue over backslash-newlines; function-like
 # macros (a parenthesis right after the name) are not constants and are skipped.
-_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(MTVG_\w+)(?![\w(])((?:\\\n|.)*)$", re.M)
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(?![\w(])((?:\\\n|.)*)$", re.M)
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 _INT_SUFFIX = re.compile(r"\b(0[xX][0-9a-fA-F]+|\d+)[uUlL]+\b")
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -39,7 +39,7 @@ def include_dir() -> Path:
 
 
 def parse_defines(text: str) -> dict[str, str]:
-    """The object-like MTVG_* macros of a header: name -> value text (comments removed)."""
+    """The object-like macros of a header: name -> value text (comments removed)."""
     found: dict[str, str] = {}
     for m in _DEFINE.finditer(text):
         value = _COMMENT.sub(" ", m.group(2).replace("\\\n", " ")).strip()
@@ -48,17 +48,21 @@ def parse_defines(text: str) -> dict[str, str]:
 
 
 @functools.cache
+def _read(path: Path) -> dict[str, str]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise AbiError(f"cannot read the C header {path}: {exc.strerror}",
+                       hint="reinstall microtvm-gen") from exc
+    return parse_defines(text)
+
+
+@functools.cache
 def defines() -> dict[str, tuple[str, str]]:
     """Every MTVG_* constant of the runtime headers: name -> (header, value text)."""
     out: dict[str, tuple[str, str]] = {}
     for header in HEADERS:
-        path = include_dir() / header
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise AbiError(f"cannot read the runtime header {path}: {exc.strerror}",
-                           hint="reinstall microtvm-gen") from exc
-        for name, value in parse_defines(text).items():
+        for name, value in _read(include_dir() / header).items():
             out.setdefault(name, (header, value))
     return out
 
@@ -87,18 +91,27 @@ def evaluate(expr: str, lookup) -> int:
     return walk(tree.body)
 
 
+def _resolve(name: str, table: dict[str, tuple[str, str]], where: str) -> int:
+    if name not in table:
+        raise AbiError(f"{where} does not define {name}",
+                       hint="the generator and its C headers differ; reinstall microtvm-gen")
+    header, value = table[name]
+    try:
+        return evaluate(value, lambda other: _resolve(other, table, where))
+    except AbiError as exc:
+        raise AbiError(f"{header}: {name}: {exc}") from exc
+
+
 @functools.cache
 def constant(name: str) -> int:
     """The value of the runtime header constant `name` (for example MTVG_LINK_MAX_PAYLOAD)."""
-    table = defines()
-    if name not in table:
-        raise AbiError(f"the runtime headers ({include_dir()}) do not define {name}",
-                       hint="the generator and its templates/ differ; reinstall microtvm-gen")
-    header, value = table[name]
-    try:
-        return evaluate(value, constant)
-    except AbiError as exc:
-        raise AbiError(f"{header}: {name}: {exc}") from exc
+    return _resolve(name, defines(), f"the runtime headers ({include_dir()})")
+
+
+def header_constant(path: Path, name: str) -> int:
+    """A constant of another C header, such as an accelerator driver's, by the same rules
+    (names in its value come from the same header)."""
+    return _resolve(name, {n: (path.name, v) for n, v in _read(path).items()}, str(path))
 
 
 def describe_status(code: int, names: tuple[str, ...]) -> str:

@@ -19,16 +19,18 @@ STATUS_H = (INCLUDE / "status.h").read_text()
 
 
 def test_parse_defines_reads_object_like_macros_only():
+    """Values over several lines, comments dropped, function-like macros skipped."""
     text = ("#define MTVG_A 16u /* sixteen */\n"
             "#ifndef MTVG_B\n#  define MTVG_B (MTVG_A - 3) // thirteen\n#endif\n"
             "#define MTVG_C \\\n  (MTVG_B * 2)\n"
-            "#define MTVG_F(x) ((x) + 1)\n#define OTHER 5\n")
+            "#define MTVG_F(x) ((x) + 1)\n#define OTHER_D 5\n")
     found = abi.parse_defines(text)
-    assert found == {"MTVG_A": "16u", "MTVG_B": "(MTVG_A - 3)", "MTVG_C": "(MTVG_B * 2)"}
+    assert found == {"MTVG_A": "16u", "MTVG_B": "(MTVG_A - 3)", "MTVG_C": "(MTVG_B * 2)",
+                     "OTHER_D": "5"}
     values: dict[str, int] = {}
     for name, text in found.items():  # in order: each refers only to earlier ones
         values[name] = abi.evaluate(text, values.__getitem__)
-    assert values == {"MTVG_A": 16, "MTVG_B": 13, "MTVG_C": 26}
+    assert values == {"MTVG_A": 16, "MTVG_B": 13, "MTVG_C": 26, "OTHER_D": 5}
 
 
 @pytest.mark.parametrize("expr, value", [("(-7)", -7), ("0xFFu", 255), ("1UL << 4", 16),
@@ -43,9 +45,17 @@ def test_evaluate_refuses_what_is_not_an_integer_constant(expr):
         abi.evaluate(expr, lambda n: 0)
 
 
-def test_a_missing_constant_fails_loudly():
+def test_a_missing_constant_fails_loudly(tmp_path):
     with pytest.raises(AbiError, match="MTVG_NO_SUCH_LIMIT"):
         abi.constant("MTVG_NO_SUCH_LIMIT")
+    header = tmp_path / "driver.h"
+    header.write_text("#define DRV_MAX (DRV_UNITS * 2)\n#define DRV_NAME \"drv\"\n")
+    with pytest.raises(AbiError, match="DRV_UNITS"):
+        abi.header_constant(header, "DRV_MAX")
+    with pytest.raises(AbiError, match="DRV_NAME"):
+        abi.header_constant(header, "DRV_NAME")
+    with pytest.raises(AbiError, match="cannot read"):
+        abi.header_constant(tmp_path / "absent.h", "DRV_MAX")
 
 
 def test_values_python_reads():
