@@ -20,8 +20,6 @@ from pathlib import Path
 from generator.errors import AbiError
 from generator.resources import templates_dir
 
-HEADERS = ("status.h", "runtime.h", "graph.h", "accel.h", "session.h", "rpc_server.h")
-
 # `#define NAME value`, where value may continue over backslash-newlines; function-like
 # macros (a parenthesis right after the name) are not constants and are skipped.
 _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(?![\w(])((?:\\\n|.)*)$", re.M)
@@ -61,9 +59,9 @@ def _read(path: Path) -> dict[str, str]:
 def defines() -> dict[str, tuple[str, str]]:
     """Every MTVG_* constant of the runtime headers: name -> (header, value text)."""
     out: dict[str, tuple[str, str]] = {}
-    for header in HEADERS:
-        for name, value in _read(include_dir() / header).items():
-            out.setdefault(name, (header, value))
+    for path in sorted(include_dir().glob("*.h")):
+        for name, value in _read(path).items():
+            out.setdefault(name, (path.name, value))
     return out
 
 

@@ -146,3 +146,10 @@ def test_rpc_codes_match_the_device_server():
     assert py_types == {name: c_types[name] for name in py_types}
     assert re.search(r'^#define PROTOCOL_VERSION "(.*)"$', source, re.M)[1].encode() == \
         packets.PROTOCOL_VERSION
+
+
+def test_app_commands_match_the_application():
+    source = (REPO / "templates" / "crt" / "src" / "app.c").read_text()
+    c_cmds = {m[0]: m[1].encode() for m in re.findall(r"^#define (CMD_\w+) '(.)'$", source, re.M)}
+    py_cmds = {name: value for name, value in vars(app_client).items() if name.startswith("CMD_")}
+    assert len(c_cmds) == 11 and py_cmds == c_cmds
