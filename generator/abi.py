@@ -57,7 +57,7 @@ def _read(path: Path) -> dict[str, str]:
 
 @functools.cache
 def defines() -> dict[str, tuple[str, str]]:
-    """Every MTVG_* constant of the runtime headers: name -> (header, value text)."""
+    """Every constant of the runtime headers: name -> (header, value text)."""
     out: dict[str, tuple[str, str]] = {}
     for path in sorted(include_dir().glob("*.h")):
         for name, value in _read(path).items():
