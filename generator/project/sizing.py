@@ -7,12 +7,13 @@ project.json records them.
 
 from __future__ import annotations
 
+from generator import abi
 from generator.boards import Board
 from generator.errors import ProjectError
 from generator.mlf.model import ModuleInfo
 
-WORKSPACE_ALIGN = 16  # MTVG_WORKSPACE_ALIGN in templates/common/include/mtvg/runtime.h
-MIN_LIVE_BLOCKS = 64  # MTVG_WORKSPACE_MAX_LIVE default
+WORKSPACE_ALIGN = abi.constant("MTVG_WORKSPACE_ALIGN")
+MIN_LIVE_BLOCKS = abi.constant("MTVG_WORKSPACE_MAX_LIVE")  # the default
 
 STANDALONE = "standalone"
 HOST_DRIVEN = "host-driven"

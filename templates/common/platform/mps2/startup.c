@@ -22,7 +22,7 @@
 
 /* Exit status of a fatal exception: this base plus the exception number (IPSR). */
 #ifndef MTVG_FAULT_EXIT_BASE
-#define MTVG_FAULT_EXIT_BASE 128
+#define MTVG_FAULT_EXIT_BASE MTVG_EXIT_FAULT_BASE /* mtvg/status.h */
 #endif
 
 /* Private stack the fault reporter switches to, so a stack overflow can still be reported. */

@@ -152,7 +152,7 @@ int mtvg_link_read(uint8_t* buf, size_t n) {
   for (size_t i = 0u; i < n; ++i) {
     buf[i] = mtvg_ring_pop_wait(&s_rx);
   }
-  return 0;
+  return MTVG_OK;
 }
 
 int mtvg_link_write(const uint8_t* buf, size_t n) {
@@ -168,7 +168,7 @@ int mtvg_link_write(const uint8_t* buf, size_t n) {
     buf += chunk;
     n -= chunk;
   }
-  return 0;
+  return MTVG_OK;
 }
 
 /* mtvg_link_write returns once EasyDMA has handed over its last byte: nothing is buffered. */

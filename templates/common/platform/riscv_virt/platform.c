@@ -93,7 +93,7 @@ int mtvg_link_read(uint8_t* buf, size_t n) {
     buf[i] = MTVG_UART_RBR;
     plic_acknowledge();
   }
-  return 0;
+  return MTVG_OK;
 }
 
 int mtvg_link_write(const uint8_t* buf, size_t n) {
@@ -102,7 +102,7 @@ int mtvg_link_write(const uint8_t* buf, size_t n) {
     }
     MTVG_UART_THR = buf[i];
   }
-  return 0;
+  return MTVG_OK;
 }
 
 void mtvg_link_flush(void) {

@@ -17,7 +17,7 @@
 #include "riscv_hw.h"
 
 #ifndef MTVG_FAULT_EXIT_BASE
-#define MTVG_FAULT_EXIT_BASE 128
+#define MTVG_FAULT_EXIT_BASE MTVG_EXIT_FAULT_BASE /* mtvg/status.h */
 #endif
 
 /* Private stack the trap reporter switches to, so a stack overflow can still be reported. */

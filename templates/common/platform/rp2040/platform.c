@@ -163,7 +163,7 @@ int mtvg_link_read(uint8_t* buf, size_t n) {
   for (size_t i = 0u; i < n; ++i) {
     buf[i] = mtvg_ring_pop_wait(&s_rx);
   }
-  return 0;
+  return MTVG_OK;
 }
 
 int mtvg_link_write(const uint8_t* buf, size_t n) {
@@ -172,7 +172,7 @@ int mtvg_link_write(const uint8_t* buf, size_t n) {
     }
     UART_DR = buf[i];
   }
-  return 0;
+  return MTVG_OK;
 }
 
 /* Waits until the transmit FIFO is empty and the last byte has left the shifter. */

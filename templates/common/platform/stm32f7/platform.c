@@ -122,7 +122,7 @@ int mtvg_link_read(uint8_t* buf, size_t n) {
   for (size_t i = 0u; i < n; ++i) {
     buf[i] = mtvg_ring_pop_wait(&s_rx);
   }
-  return 0;
+  return MTVG_OK;
 }
 
 int mtvg_link_write(const uint8_t* buf, size_t n) {
@@ -131,7 +131,7 @@ int mtvg_link_write(const uint8_t* buf, size_t n) {
     }
     USART_TDR = buf[i];
   }
-  return 0;
+  return MTVG_OK;
 }
 
 /* Waits until the last byte has left the shift register (transmission complete). */
