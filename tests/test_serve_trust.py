@@ -274,8 +274,11 @@ def test_upload_after_a_download_is_not_slower(project):
           f"{session.rate_in.bytes_per_second / 1e3:.1f} KB/s, upload "
           f"{session.rate_out.bytes_per_second / 1e3:.1f} KB/s")
     # The property, free of wall-clock noise: the retransmission timeout stayed long enough
-    # for uploads. The speeds themselves are benchmarks/host_driven.py's table.
-    assert second_retx == 0, f"{second_retx} retransmissions after the download"
+    # for uploads. A timeout learnt from the download would retransmit nearly every one of
+    # the 17 packets; one more than before the download is what a stalled (busy) machine
+    # can cause. The speeds themselves are benchmarks/host_driven.py's table.
+    assert second_retx <= first_retx + 1, (f"{second_retx} retransmissions after the "
+                                           f"download, {first_retx} before")
 
 
 def test_oversized_packet_is_dropped_and_the_stream_stays_in_sync(serve, project):
