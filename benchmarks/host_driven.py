@@ -32,7 +32,8 @@ from generator.build import build  # noqa: E402
 from generator.device.runner import open_device  # noqa: E402
 from generator.export.operators import export_operators  # noqa: E402
 from generator.link.session import Session, SessionTimeouts  # noqa: E402
-from generator.project.generate import HOST_DRIVEN_MAX_PAYLOAD, generate  # noqa: E402
+from generator.project.generate import generate  # noqa: E402
+from generator.project.sizing import HOST_DRIVEN_MAX_PAYLOAD  # noqa: E402
 from generator.rpc import connect  # noqa: E402
 from generator.rpc.packets import PacketClient, Requests  # noqa: E402
 from tests.conftest import host_driven_operators  # noqa: E402

@@ -514,7 +514,7 @@ class Run(Command):
                                  "without (default: as the last build)")
 
     def do_run(self, args):
-        from generator.project.generate import load_project
+        from generator.project.record import load_project
         from generator.run import TensorSpec, find_input, run_project
 
         project = load_project(args.project)

@@ -54,3 +54,7 @@ class InputError(MtgError):
 
 class ExportError(MtgError):
     """The model cannot be imported or lowered by TVM into our archive format."""
+
+
+class AbiError(MtgError):
+    """The C runtime's headers lack a constant the generator needs (a broken install)."""

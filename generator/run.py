@@ -7,19 +7,24 @@ from pathlib import Path
 
 import numpy as np
 
-from generator import RUNTIME_ABI_VERSION
+from generator import RUNTIME_ABI_VERSION, abi
 from generator.boards import Board
-from generator.build import BUILD_DIR, FIRMWARE, BuildResult, board_ram, build
+from generator.build import BuildResult, board_ram, build
 from generator.elfsize import elf_size
 from generator.errors import DeviceError, InputError
 from generator.link.app_client import AppClient, RunResult
 from generator.mlf.model import c_identifier
-from generator.project.generate import load_project
-from generator.project.zephyr import board_of_project
+from generator.project.backends import board_of_project
+from generator.project.record import load_project
 from generator.project_api.drive import project_device
+from generator.toolchain import BUILD_DIR, FIRMWARE
 
 BOOT_TIMEOUT = 60.0
 REPLY_TIMEOUT = 120.0
+# The mtvg/status.h names of what the model's run function and the application may return
+# (anything else is the generated code's own status, passed on).
+RUN_STATUSES = ("MTVG_OK", "MTVG_FAILED", "MTVG_ACCEL_RUN_FAILED")
+EXIT_STATUSES = ("MTVG_EXIT_OK", "MTVG_EXIT_SETUP_FAILED")
 
 
 @dataclass
@@ -199,8 +204,9 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
             for index, data in enumerate(sample_bytes):
                 client.set_input(index, data)
             result = client.run()
-            if result.status != 0:
-                raise DeviceError(f"the model returned status {result.status} on the device"
+            if result.status != abi.constant("MTVG_OK"):
+                status = abi.describe_status(result.status, RUN_STATUSES)
+                raise DeviceError(f"the model returned status {status} on the device"
                                   + (f": {result.message}" if result.message else ""))
             results.append(result)
             if counted:
@@ -215,8 +221,9 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
             all_outputs.append(outs)
         client.quit(0)
         status = device.wait(timeout=BOOT_TIMEOUT)
-        if status != 0:
-            raise DeviceError(f"{device.description} exited with status {status}")
+        if status != abi.constant("MTVG_EXIT_OK"):
+            raise DeviceError(f"{device.description} exited with status "
+                              f"{abi.describe_status(status, EXIT_STATUSES)}")
     report = RunReport(board.name, all_outputs, results, size.flash, size.ram,
                        project["module"]["arena_bytes"], storage_bytes=hello.storage_bytes,
                        storage_used=hello.storage_used,

@@ -202,6 +202,7 @@ def test_driver_error_fails_the_run_with_its_message(tmp_path, capsys):
     assert main(["run", str(tmp_path / "p"), "--input", f"Input3={tmp_path / 'x.npy'}"]) == 2
     err = errors(capsys.readouterr().err)
     assert len(err) == 1 and "vanilla: conv2d_f32: fault injected at command 2" in err[0], err
+    assert "the model returned status -7 (MTVG_ACCEL_RUN_FAILED)" in err[0], err
 
 
 # ---- a plugin written here ----------

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 
 from generator.boards import load_board
-from generator.build import BUILD_DIR, SETTINGS, build
+from generator.build import build
 from generator.cli import main
 from generator.elfsize import needed_libraries
 from generator.errors import ToolchainError
 from generator.mlf import read_mlf
 from generator.project.fit import estimate
 from generator.project.generate import generate
+from generator.toolchain import BUILD_DIR, SETTINGS
 from tests.conftest import REPO, YES_NO, archive, require_board_tools
 
 QEMU = "qemu-mps2-an385"

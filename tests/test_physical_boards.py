@@ -186,7 +186,7 @@ def test_rp2040_boot2_crc_changes_with_code(tmp_path):
     _require_arm_gcc()
     script = (Path(__file__).resolve().parent.parent / "templates" / "common" / "platform"
               / "rp2040" / "boot2_crc.cmake")
-    from generator.build import cmake_program
+    from generator.toolchain import cmake_program
 
     for payload in (b"\x01\x02\x03", bytes(range(200)), b"\xa5" * 252):
         src = tmp_path / "in.bin"

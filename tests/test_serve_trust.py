@@ -27,7 +27,7 @@ from generator.boards import load_board
 from generator.device.runner import open_device
 from generator.errors import DeviceError
 from generator.link.session import Session, SessionTimeouts
-from generator.project.generate import HOST_DRIVEN_MAX_PAYLOAD
+from generator.project.sizing import HOST_DRIVEN_MAX_PAYLOAD
 from generator.rpc.packets import PacketClient
 from tests.conftest import BOARDS, REPO, host_driven_project, serve_device_pid
 

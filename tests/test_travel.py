@@ -20,11 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator.build import BUILD_DIR, FIRMWARE, build, cmake_program, ninja_program
+from generator.build import build
 from generator.export import export_model
 from generator.project.generate import generate, tvm_include_dirs
 from generator.project.tvm_headers import TVM_ROOTS
 from generator.run import run_project
+from generator.toolchain import BUILD_DIR, FIRMWARE, cmake_program, ninja_program
 from tests.conftest import REPO, YES_NO, require_board_tools
 
 HELLO_INT8 = REPO / "tests" / "fixtures" / "models" / "hello_world" / "hello_world_int8.tflite"

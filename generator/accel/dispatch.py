@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from generator.accel.api import Accelerator, Lowering, Match, Pattern
-from generator.accel.tir import ACCELERATOR_ATTR
+from generator.accel.tir import ACCELERATOR_ATTR, QOP_ATTR
 from generator.errors import ExportError
 
 
@@ -239,8 +239,6 @@ def merge_identical_kernels(mod):
     import tvm_ffi
     from tvm import relax, tirx
     from tvm.relax.expr_functor import PyExprMutator, mutator
-
-    from generator.export.quantize import QOP_ATTR
 
     canonical: dict = {}
     keep: list = []

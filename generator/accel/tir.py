@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ACCELERATOR_ATTR = "mtvg.accelerator"  # PrimFunc attribute: the plugin that lowered it
+# Kernel attribute that keeps int8 operators apart for accelerator patterns (export sets it,
+# offloading drops it once the patterns have run).
+QOP_ATTR = "mtvg.qop"
 OPAQUE_PATTERN = 8  # TVM's kOpaque: FuseOps never fuses the call with its neighbours
 
 

@@ -31,12 +31,13 @@ from pathlib import Path
 from typing import ClassVar
 
 from generator.boards import Board
-from generator.build import BUILD_DIR, FIRMWARE, build
+from generator.build import build
 from generator.device.serial_ports import connected_ports, find_board_port
 from generator.device.uf2 import write_uf2
 from generator.errors import BoardError, DeviceError, ToolchainError
-from generator.project.generate import load_project
-from generator.project.zephyr import board_of_project
+from generator.project.backends import board_of_project
+from generator.project.record import load_project
+from generator.toolchain import BUILD_DIR, FIRMWARE
 
 UF2_NAME = "firmware.uf2"
 FLASH_LOG = "flash.log"

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from generator import abi
+from generator.cdata import c_bytes_initializer
 from generator.cnames import c_identifiers
 from generator.errors import ExportError, MlfError
 from generator.export.lower import Lowered, Program
 from generator.export.planner import ALIGN, Interval, Plan, plan
 from generator.mlf.schema import check_tensor_name
-from generator.project.cdata import c_bytes_initializer
 
-ACCEL_RUN_FAILED = -7  # MTVG_ACCEL_RUN_FAILED of mtvg/accel.h
+ACCEL_RUN_FAILED = abi.constant("MTVG_ACCEL_RUN_FAILED")  # the generated code has no mtvg/ headers
 
 
 @dataclass(frozen=True)

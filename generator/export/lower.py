@@ -18,7 +18,7 @@ from generator.accel.tir import ACCELERATOR_ATTR
 from generator.errors import ExportError
 from generator.export.quantize import QuantReport, integer_rewrite
 from generator.export.schedule import shrink_intermediates
-from generator.mlf.model import ShapedTensor
+from generator.mlf.dtypes import ShapedTensor
 
 # Name prefix of every symbol the archive defines, as TVM's C interface did.
 SYMBOL_PREFIX = "tvmgen_{mod}_"

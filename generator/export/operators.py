@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from generator import __version__
+from generator import __version__, abi
+from generator.cdata import c_string_literal
 from generator.errors import ExportError
 from generator.export.api import TARGET, with_c_input_names
 from generator.export.lower import (
@@ -32,13 +33,13 @@ from generator.export.mlf_writer import (
     module_metadata,
     write_archive,
 )
-from generator.mlf.model import ShapedTensor
-from generator.project.cdata import c_string_literal
+from generator.mlf.dtypes import ShapedTensor
 
 STYLE = "operator"
 ENTRY_SIGNATURE = ("int f(TVMValue* args, int* type_codes, int num_args, "
                    "TVMValue* out_ret_value, int* out_ret_tcode, void* resource_handle)")
-WORKSPACE_ALIGN = 16  # MTVG_WORKSPACE_ALIGN: what one workspace block costs at most extra
+# What one workspace block costs at most extra.
+WORKSPACE_ALIGN = abi.constant("MTVG_WORKSPACE_ALIGN")
 _MAX_OPERATORS = 0xFFFF  # the registry's count is a u16
 
 # dtype → (DLDataTypeCode name, bits, the C element type TVM 0.27's C codegen writes).

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from generator.accel.api import QuantizedOp
+from generator.accel.tir import QOP_ATTR
 from generator.export import qkernels
 from generator.export.fixedpoint import quantize_multiplier, round_half_away, softmax_params
 
 # int8 operators the frontend already writes in integer form, exact as they are
 _INTEGER_AS_IS = ("relax.nn.max_pool2d", "relax.nn.pad", "relax.reshape", "relax.concat")
-QOP_ATTR = "mtvg.qop"  # kernel attribute that keeps operators apart for accelerator patterns
 ADD_LEFT_SHIFT = 20  # TFLite's int8 add: inputs are shifted left by 20 bits before rescaling
 UINT8_OFFSET = 128  # a uint8 value or zero point minus this is its int8 counterpart
 _AS_IS_DTYPES = ("int8", "uint8")

@@ -6,11 +6,19 @@ import struct
 import time
 from dataclasses import dataclass
 
+from generator import abi
 from generator.device.runner import Device
 from generator.errors import DeviceError
 from generator.link.framing import Unframer, encode_frame
 
-DEVICE_MAX_PAYLOAD = 1024  # MTVG_LINK_MAX_PAYLOAD
+DEVICE_MAX_PAYLOAD = abi.constant("MTVG_LINK_MAX_PAYLOAD")  # the default the app is built with
+# The command bytes of templates/crt/src/app.c (CMD_*; tests/test_abi.py compares them).
+CMD_HELLO, CMD_ERROR = b"H", b"E"
+CMD_INPUT, CMD_ACK = b"I", b"A"
+CMD_RUN, CMD_DONE = b"R", b"D"
+CMD_OUTPUT, CMD_OUTPUT_DATA = b"O", b"o"
+CMD_COUNTERS, CMD_COUNTERS_TEXT = b"K", b"k"
+CMD_QUIT = b"Q"
 INPUT_CHUNK = DEVICE_MAX_PAYLOAD - 6
 OUTPUT_CHUNK = DEVICE_MAX_PAYLOAD - 1
 
@@ -55,7 +63,7 @@ class AppClient:
                                   f"{timeout or self.timeout:.0f} s")
             self._pending.extend(self.unframer.feed(self.device.read(min(left, 0.5))))
         payload = self._pending.pop(0)
-        if payload[:1] == b"E":
+        if payload[:1] == CMD_ERROR:
             raise DeviceError(f"device: {payload[1:].decode(errors='replace')}")
         return payload
 
@@ -66,7 +74,7 @@ class AppClient:
         return payload[1:]
 
     def hello(self, timeout: float) -> Hello:
-        body = self._expect(b"H", timeout)
+        body = self._expect(CMD_HELLO, timeout)
         abi, n_in, n_out = struct.unpack_from("<III", body)
         count = (len(body) - 12) // 4
         if count < n_in + n_out + 1:
@@ -79,22 +87,22 @@ class AppClient:
     def set_input(self, index: int, data: bytes) -> None:
         for offset in range(0, len(data), INPUT_CHUNK):
             chunk = data[offset:offset + INPUT_CHUNK]
-            self.device.write(encode_frame(b"I" + struct.pack("<BI", index, offset) + chunk))
-            status = self._expect(b"A")
+            self.device.write(encode_frame(CMD_INPUT + struct.pack("<BI", index, offset) + chunk))
+            status = self._expect(CMD_ACK)
             if status != b"\x00":
                 raise DeviceError(f"device refused input {index} at offset {offset}")
 
     def run(self) -> RunResult:
-        self.device.write(encode_frame(b"R"))
-        body = self._expect(b"D")
+        self.device.write(encode_frame(CMD_RUN))
+        body = self._expect(CMD_DONE)
         status, ticks, hz, peak, errors = struct.unpack_from("<iQQII", body)
         message = body[struct.calcsize("<iQQII"):].decode(errors="replace")
         return RunResult(status, ticks, hz, peak, errors, message)
 
     def counters(self) -> dict[str, dict[str, int]]:
         """The accelerator drivers' counters: {accelerator: {counter: value}}."""
-        self.device.write(encode_frame(b"K"))
-        text = self._expect(b"k").decode("ascii", errors="replace")
+        self.device.write(encode_frame(CMD_COUNTERS))
+        text = self._expect(CMD_COUNTERS_TEXT).decode("ascii", errors="replace")
         out: dict[str, dict[str, int]] = {}
         for line in text.splitlines():
             parts = line.split(" ")
@@ -106,8 +114,8 @@ class AppClient:
         parts = []
         for offset in range(0, size, OUTPUT_CHUNK):
             count = min(OUTPUT_CHUNK, size - offset)
-            self.device.write(encode_frame(b"O" + struct.pack("<BII", index, offset, count)))
-            data = self._expect(b"o")
+            self.device.write(encode_frame(CMD_OUTPUT + struct.pack("<BII", index, offset, count)))
+            data = self._expect(CMD_OUTPUT_DATA)
             if len(data) != count:
                 raise DeviceError(f"device sent {len(data)} bytes of output {index}, "
                                   f"expected {count}")
@@ -115,4 +123,4 @@ class AppClient:
         return b"".join(parts)
 
     def quit(self, status: int = 0) -> None:
-        self.device.write(encode_frame(b"Q" + struct.pack("<i", status)))
+        self.device.write(encode_frame(CMD_QUIT + struct.pack("<i", status)))

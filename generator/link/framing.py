@@ -11,9 +11,11 @@ import binascii
 import struct
 from collections.abc import Iterator
 
-ESC = 0xFF
-NOP = 0xFE
-START = 0xFD
+from generator import abi
+
+ESC = abi.constant("MTVG_FRAME_ESC")
+NOP = abi.constant("MTVG_FRAME_NOP")
+START = abi.constant("MTVG_FRAME_START")
 MAX_PAYLOAD = 1 << 20  # the host accepts larger frames than a device would send
 
 

@@ -29,20 +29,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from generator import abi
 from generator.errors import DeviceError
 from generator.link.framing import Unframer, encode_frame
 
-MSG_START_INIT = 0x00
-MSG_START_REPLY = 0x01
-MSG_TERMINATE = 0x02
-MSG_LOG = 0x03
-MSG_NORMAL = 0x10
-MSG_SEQUENCED = 0x11
-MSG_NAK = 0x12
+MSG_START_INIT = abi.constant("MTVG_MSG_START_INIT")
+MSG_START_REPLY = abi.constant("MTVG_MSG_START_REPLY")
+MSG_TERMINATE = abi.constant("MTVG_MSG_TERMINATE")
+MSG_LOG = abi.constant("MTVG_MSG_LOG")
+MSG_NORMAL = abi.constant("MTVG_MSG_NORMAL")
+MSG_SEQUENCED = abi.constant("MTVG_MSG_SEQUENCED")
+MSG_NAK = abi.constant("MTVG_MSG_NAK")
 
-SESSION_VERSION = 1
-HEADER = struct.Struct("<HB")
-SEQUENCED_EXTRA = 5  # u8 seq + u32 CRC-32
+SESSION_VERSION = abi.constant("MTVG_SESSION_VERSION")
+HEADER = struct.Struct("<HB")  # MTVG_SESSION_HEADER_BYTES: u16 session id, u8 type
+SEQUENCED_EXTRA = abi.constant("MTVG_SEQUENCED_EXTRA_BYTES")  # u8 seq + u32 CRC-32
 PUMP_SLICE = 0.05  # longest single wait for device bytes, seconds
 # A request waits this many times its bytes' expected transfer time before a retransmission
 # (on top of SessionTimeouts.retransmit); bytes arriving from the device push it back.

@@ -11,14 +11,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from generator import abi
 from generator.errors import MlfError
-from generator.mlf.model import DTYPE_RE, ShapedTensor, dtype_bits
+from generator.mlf.dtypes import DTYPE_RE, ShapedTensor, dtype_bits
 from generator.mlf.safejson import load_bounded
 
-STORAGE_ALIGN = 16  # MTVG_GRAPH_STORAGE_ALIGN in templates/common/include/mtvg/graph.h
-MAX_NAME_BYTES = 1024  # MTVG_GRAPH_MAX_NAME_BYTES
-MAX_OP_ARGS = 32  # MTVG_GRAPH_MAX_OP_ARGS default
-MAX_NDIM = 6  # MTVG_GRAPH_MAX_NDIM default
+STORAGE_ALIGN = abi.constant("MTVG_GRAPH_STORAGE_ALIGN")
+MAX_NAME_BYTES = abi.constant("MTVG_GRAPH_MAX_NAME_BYTES")
+MAX_OP_ARGS = abi.constant("MTVG_GRAPH_MAX_OP_ARGS")  # the default (the project sets its own)
+MAX_NDIM = abi.constant("MTVG_GRAPH_MAX_NDIM")  # the default
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 from generator.errors import MlfError, UnsupportedModelError
 from generator.mlf import sources
 from generator.mlf.archive import ArchiveFiles, read_archive
+from generator.mlf.dtypes import ShapedTensor, dtype_bits
 from generator.mlf.graph import Graph, graph_io, parse_graph
 from generator.mlf.model import (
     AcceleratorUse,
@@ -26,11 +27,9 @@ from generator.mlf.model import (
     ParamTensor,
     PlanSummary,
     Pool,
-    ShapedTensor,
     SourceFile,
     TensorInfo,
     c_identifier,
-    dtype_bits,
 )
 from generator.mlf.params import load_params
 from generator.mlf.safejson import load_bounded

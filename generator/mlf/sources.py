@@ -12,7 +12,8 @@ import struct
 from dataclasses import dataclass
 
 from generator.errors import MlfError
-from generator.mlf.model import ShapedTensor, c_identifier, dtype_bits
+from generator.mlf.dtypes import ShapedTensor, dtype_bits
+from generator.mlf.model import c_identifier
 
 _FUNC_DEF_RE = re.compile(
     r"(?:^|[;}\n])\s*(?:TVM_DLL\s+|static\s+|inline\s+)*(?:int32_t|int)\s+(\w+)\s*\(([^()]*)\)\s*\{",

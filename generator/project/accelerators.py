@@ -48,16 +48,17 @@ class AcceleratorBuild:
 
 
 def project_accelerators(module: ModuleInfo, board: Board, origin: str,
-                         zephyr: bool = False,
+                         refused_by: str | None = None,
                          overrides: dict[str, dict] | None = None) -> list[AcceleratorBuild]:
     """Every accelerator the module calls, checked against the board, as build parts.
-    `overrides`: option values given at generation ({plugin: {option: value}})."""
+    `refused_by`: the title of a template that builds no accelerator drivers (its back-end
+    says so); `overrides`: option values given at generation ({plugin: {option: value}})."""
     builds = []
     for use in module.accelerators:
-        if zephyr:
-            raise ProjectError(f"{origin}: the model calls accelerator '{use.name}'; the Zephyr "
-                               "template does not build accelerator drivers yet (use the "
-                               "crt template)")
+        if refused_by:
+            raise ProjectError(f"{origin}: the model calls accelerator '{use.name}'; the "
+                               f"{refused_by} template does not build accelerator drivers yet "
+                               "(use the crt template)")
         try:
             plugin = registry.find(use.name)
             options = _options(plugin, use.options, (overrides or {}).get(use.name, {}))

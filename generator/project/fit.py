@@ -12,22 +12,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from generator import abi
 from generator.boards import Board
 from generator.errors import UnsupportedModelError
 from generator.mlf.model import ModuleInfo
+from generator.project.sizing import HOST_DRIVEN, arena_bytes_for, rpc_pool_bytes
 
 # Native boards have no [memory] table. With gcc's default (small) code model a program's
 # static data must lie within 2 GiB on x86-64 (4 GiB on AArch64: ADRP's +-4 GiB range).
 NATIVE_STATIC_LIMIT = {"x86_64": 2 << 30, "aarch64": 4 << 30}
 NATIVE_STATIC_LIMIT_DEFAULT = 2 << 30
 
-# Smallest sizes of the graph executor's table entries (templates/common/include/mtvg/graph.h)
-# with 32-bit pointers; 64-bit hosts use more.
-GRAPH_STORAGE_SLOT_MIN = 16  # mtvg_graph_storage_t: size, users, data, param
-GRAPH_ENTRY_MIN = 8  # mtvg_graph_entry_t without its shape array and DLTensor
-GRAPH_DIM_BYTES = 8  # one int64_t of an entry's shape array
-GRAPH_NODE_MIN = 44  # mtvg_graph_node_t (32 B) + row_ptr, arg_nodes and inputs slots
-GRAPH_REF_BYTES = 8  # mtvg_graph_ref_t
+# Smallest sizes of the graph executor's table entries with 32-bit pointers (64-bit hosts
+# use more), as mtvg/graph.h defines and asserts them.
+GRAPH_STORAGE_SLOT_MIN = abi.constant("MTVG_GRAPH_STORAGE_MIN_SIZE")  # mtvg_graph_storage_t
+# mtvg_graph_entry_t without its shape array and DLTensor
+GRAPH_ENTRY_MIN = abi.constant("MTVG_GRAPH_ENTRY_HEAD_SIZE")
+GRAPH_DIM_BYTES = abi.constant("MTVG_GRAPH_DIM_SIZE")  # one int64_t of an entry's shape array
+# mtvg_graph_node_t + its row_ptr, arg_nodes and inputs slots
+GRAPH_NODE_MIN = (abi.constant("MTVG_GRAPH_NODE_SIZE")
+                  + 3 * abi.constant("MTVG_GRAPH_NODE_INDEX_SIZE"))
+GRAPH_REF_BYTES = abi.constant("MTVG_GRAPH_REF_SIZE")  # mtvg_graph_ref_t
 
 
 @dataclass(frozen=True)
@@ -59,9 +64,6 @@ def _graph_tables_min(limits: dict[str, int]) -> int:
 
 def estimate(module: ModuleInfo, board: Board, project_type: str = "standalone") -> MemoryNeed:
     """Memory a project of this module for this board certainly needs."""
-    # Imported here: generate.py imports this module.
-    from generator.project.generate import HOST_DRIVEN, arena_bytes_for, rpc_pool_bytes
-
     ram: dict[str, int] = {"workspace arena": arena_bytes_for(module)}
     flash: dict[str, int] = {}
     internal = sum(p.size_bytes for p in module.pools if p.internal)

@@ -7,8 +7,6 @@ the first byte is written; a failure while writing leaves no half-made project b
 
 from __future__ import annotations
 
-import json
-import shutil
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,57 +14,47 @@ from pathlib import Path
 import jinja2
 
 from generator import RUNTIME_ABI_VERSION, __version__
-from generator.boards import Board, load_board
-from generator.errors import ProjectError, UnsupportedModelError
+from generator.boards import Board
+from generator.cdata import c_bytes_initializer, c_string_literal
+from generator.errors import ProjectError
 from generator.mlf.archive import ArchiveFiles
-from generator.mlf.model import (
-    MlfArchive,
-    ModuleInfo,
-    c_identifier,
-    dlpack_type_code,
-    dtype_bits,
-)
+from generator.mlf.dtypes import dlpack_type_code, dtype_bits
+from generator.mlf.model import MlfArchive, ModuleInfo, c_identifier
 from generator.mlf.reader import load_mlf
 from generator.project.accelerators import AcceleratorBuild, project_accelerators
-from generator.project.cdata import c_bytes_initializer, c_string_literal
+from generator.project.atomic_write import check_target_dir, write_atomically
+from generator.project.backend import (
+    BASE_TEMPLATE,
+    TemplateBackend,
+    TemplateBoard,
+    backend_spec,
+)
+from generator.project.backends import backend_named
+from generator.project.checks import check_buildable
 from generator.project.extra_files import read_extra_files
 from generator.project.fit import check_fits
 from generator.project.libraries import Libraries, needed_libraries
 from generator.project.ports import port_files
-from generator.project.tvm_headers import TvmHeaders, include_roots, tvm_headers
-from generator.project.zephyr import (
-    ZephyrBoard,
-    effective_board,
-    is_zephyr_template,
-    zephyr_board,
+from generator.project.record import PROJECT_FILE, new_record, record_bytes
+from generator.project.sizing import (
+    HOST_DRIVEN,
+    MIN_LIVE_BLOCKS,
+    STANDALONE,
+    arena_bytes_for,
+    host_driven_payload,
+    resolve_project_type,
+    rpc_pool_bytes,
 )
+from generator.project.tvm_headers import TvmHeaders, include_roots, tvm_headers
 from generator.resources import templates_dir
 
-PROJECT_FILE = "project.json"
-PROJECT_SCHEMA = 1
-STAGING_NAME = ".mtvg-staging"
 # The Project API server every project carries, and the copy of its archive.
 PROJECT_API_FILES = ("microtvm_api_server.py", "launch_microtvm_api_server.sh")
 MODEL_COPY = "model.tar"
-EXECUTABLE_SUFFIXES = (".sh", "microtvm_api_server.py")
-WORKSPACE_ALIGN = 16  # MTVG_WORKSPACE_ALIGN in templates/common/include/mtvg/runtime.h
-MIN_LIVE_BLOCKS = 64  # MTVG_WORKSPACE_MAX_LIVE default
 # Runtime files only graph-executor projects compile.
 GRAPH_RUNTIME_SOURCES = ("graph.c", "graph_params.c")
 # Runtime files only host-driven projects compile.
 RPC_RUNTIME_SOURCES = ("rpc_server.c", "session.c")
-
-STANDALONE = "standalone"
-HOST_DRIVEN = "host-driven"
-PROJECT_TYPES = (STANDALONE, HOST_DRIVEN)
-# Host-driven link: frame payload limit (MTVG_LINK_MAX_PAYLOAD) and the tensor pool.
-HOST_DRIVEN_MAX_PAYLOAD = 4096
-HOST_DRIVEN_POOL_MAX = 1 << 20
-HOST_DRIVEN_POOL_RAM_SHARE = 4  # at most a quarter of the board's RAM
-# Small boards get smaller frames: each frame buffer takes at most 1/16 of the RAM (16 KiB: 1 KiB).
-HOST_DRIVEN_MIN_PAYLOAD = 1024
-HOST_DRIVEN_PAYLOAD_RAM_SHARE = 16
-
 
 
 @dataclass(frozen=True)
@@ -103,74 +91,6 @@ def tvm_include_dirs() -> list[str]:
     return [root.path.as_posix() for root in include_roots()]
 
 
-def resolve_project_type(module: ModuleInfo, project_type: str | None) -> str:
-    """The project type asked for, or the one the archive implies (operators: host-driven)."""
-    if project_type is None:
-        return HOST_DRIVEN if module.executor == "operator" else STANDALONE
-    if project_type not in PROJECT_TYPES:
-        raise ProjectError(f"unknown project type '{project_type}' "
-                           f"(choose {' or '.join(PROJECT_TYPES)})")
-    return project_type
-
-
-def check_buildable(module: ModuleInfo, board: Board, origin: str,
-                    project_type: str = STANDALONE) -> None:
-    """Refuse, with one clear reason, an archive this board cannot run."""
-    if project_type == HOST_DRIVEN and module.registry is None:
-        raise UnsupportedModelError(
-            f"{origin}: host-driven projects call functions by name through the archive's "
-            "system library, and this archive has none",
-            hint="export the model with '--style operator'")
-    if module.executor == "operator" and project_type != HOST_DRIVEN:
-        raise UnsupportedModelError(
-            f"{origin}: operator-style archives are for host-driven mode (each operator called "
-            "by name with tensors from the host); they hold no model to run as firmware",
-            hint="generate with '--project-type host-driven', or export the whole model")
-    foreign = [o for o in module.objects if o.arch != board.arch]
-    if foreign:
-        arches = ", ".join(sorted({o.arch for o in foreign}))
-        paths = ", ".join(o.path for o in foreign)
-        what = "holds only compiled objects" if not module.sources else "holds compiled objects"
-        raise UnsupportedModelError(
-            f"{origin}: cannot build for board '{board.name}': the archive {what} for "
-            f"{arches} ({paths}) and the board runs {board.arch} code",
-            hint="export the model with a C target ('c -keys=cpu') so the archive carries sources")
-    if not module.sources and not module.objects:
-        raise UnsupportedModelError(f"{origin}: the archive has no code (no codegen/host/src "
-                                    "or codegen/host/lib files)")
-    if project_type == STANDALONE and module.graph is not None and module.graph.problems:
-        raise UnsupportedModelError(f"{origin}: cannot run this graph: {module.graph.problems[0]}")
-    if any(s.language != "c" for s in module.sources):
-        raise UnsupportedModelError(f"{origin}: C++ model sources are not supported yet")
-    dsp = [s.path.rsplit("/", 1)[-1] for s in module.sources if s.uses_dsp]
-    if dsp and "dsp" not in getattr(board, "features", ()):
-        raise UnsupportedModelError(
-            f"{origin}: the model's kernels ({', '.join(dsp)}) use Arm DSP intrinsics "
-            f"(<arm_acle.h>, TVM's Cortex-M micro-kernels), and board '{board.name}' has no "
-            "DSP extension",
-            hint="choose a Cortex-M4, M7 or M33 board")
-    if module.unsupported_calls:
-        raise UnsupportedModelError(
-            f"{origin}: the model's code calls {', '.join(module.unsupported_calls)}, "
-            "which needs a full TVM runtime on the device; not supported")
-
-
-def arena_bytes_for(module: ModuleInfo) -> int:
-    """Bytes to reserve for TVMBackendAllocWorkspace.
-
-    TVM's workspace size plus one alignment pad per allocation site: the number of
-    simultaneously live blocks never exceeds the number of call sites. For AOT that size
-    is main's workspace_size_bytes; the graph executor runs one operator at a time, each
-    freeing what it took, so it is the largest operator's workspace.
-    """
-    if module.workspace_call_sites == 0:
-        return 0
-    size = module.workspace_size_bytes
-    if module.executor == "graph" and module.operator_workspace_bytes is not None:
-        size = module.operator_workspace_bytes
-    return size + module.workspace_call_sites * WORKSPACE_ALIGN
-
-
 def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = False,
              module_name: str | None = None,
              project_type: str | None = None,
@@ -181,15 +101,13 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
              template: Path | None = None) -> GeneratedProject:
     """Render a project. The Project API's options arrive as `extra_definitions` (checked
     NAME → VALUE), `werror` for our code, and a tar of extra files (plain names, never
-    replacing a generated file). `template`: a template directory with its own templates
-    (a Zephyr template names Zephyr boards: generator/project/zephyr.py)."""
-    zephyr = None
-    if is_zephyr_template(template):
-        assert template is not None
-        zephyr = zephyr_board(template, board_name)
-        board = effective_board(zephyr)
-    else:
-        board = load_board(board_name)
+    replacing a generated file). `template`: a template directory (default: templates/crt);
+    its template.json names the back-end that knows its boards (generator/project/backend.py)."""
+    template_dir = template if template is not None else templates_dir() / BASE_TEMPLATE
+    spec = backend_spec(template_dir)
+    backend = backend_named(spec)
+    target = backend.template_board(template_dir, board_name)
+    board = target.board
     archive, files = load_mlf(archive_path)
     try:
         module = archive.module(module_name)
@@ -201,19 +119,20 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
     check_fits(module, board, kind, str(archive_path))
     libraries = needed_libraries(module, str(archive_path), cmsis_nn)
     accelerators = project_accelerators(
-        module, board, str(archive_path), zephyr is not None,
+        module, board, str(archive_path), None if backend.accelerator_drivers else backend.title,
         {"cmsis-nn": {"path": str(cmsis_nn)}} if cmsis_nn else None)
-    _check_target_dir(out_dir, force)
+    check_target_dir(out_dir, force)
 
     extra = read_extra_files(extra_files_tar) if extra_files_tar else {}
     rendered = _render_files(archive, files, module, board, archive_path, kind, libraries,
-                             extra_definitions or {}, werror, template, zephyr, accelerators)
+                             extra_definitions or {}, werror, template_dir, spec, backend,
+                             target, accelerators)
     rendered.update(_project_api_files(archive_path, template))
     clash = sorted(set(extra) & set(rendered))
     if clash:
         raise ProjectError(f"{extra_files_tar}: '{clash[0]}' would replace a generated file")
     rendered.update(extra)
-    _write_atomically(out_dir, rendered)
+    write_atomically(out_dir, rendered)
     return GeneratedProject(out_dir, board, archive, module, arena_bytes_for(module),
                             sorted(rendered), kind)
 
@@ -228,46 +147,29 @@ def _project_api_files(archive_path: Path, template: Path | None = None) -> dict
     return files
 
 
+def _template_file(search: list[Path], name: str) -> Path:
+    """The first of the template folders that holds `name`: the template's own copy, else
+    the CRT template's."""
+    return next((d / name for d in search if (d / name).is_file()), search[-1] / name)
+
+
 def plain_text(text: str) -> str:
     """Text from outside (a file name) made safe for a comment in any generated language:
     every character but letters, digits and ' _.+-' becomes '?'."""
     return "".join(c if c.isascii() and (c.isalnum() or c in " _.+-") else "?" for c in text)
 
 
-def host_driven_payload(board: Board) -> int:
-    """Frame payload limit of a host-driven project: 4 KiB, less on boards with little RAM."""
-    if not board.ram_bytes:
-        return HOST_DRIVEN_MAX_PAYLOAD
-    return max(HOST_DRIVEN_MIN_PAYLOAD,
-               min(HOST_DRIVEN_MAX_PAYLOAD, board.ram_bytes // HOST_DRIVEN_PAYLOAD_RAM_SHARE))
-
-
-def rpc_pool_bytes(board: Board) -> int:
-    """Tensor memory of a host-driven project: a quarter of the RAM, at most 1 MiB."""
-    ram = board.ram_bytes if board.ram_bytes else HOST_DRIVEN_POOL_MAX
-    return min(HOST_DRIVEN_POOL_MAX, ram // HOST_DRIVEN_POOL_RAM_SHARE)
-
-
-def _check_target_dir(out_dir: Path, force: bool) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ProjectError(f"{out_dir} exists and is not a directory")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
-        raise ProjectError(f"{out_dir} exists and is not empty; pass --force to replace it")
-
-
 def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, board: Board,
-                  archive_path: Path, project_type: str,
-                  libraries: Libraries | None = None,
-                  extra_definitions: dict[str, str] | None = None,
-                  werror: bool = True, template: Path | None = None,
-                  zephyr: ZephyrBoard | None = None,
-                  accelerators: list[AcceleratorBuild] | None = None) -> dict[str, bytes]:
+                  archive_path: Path, project_type: str, libraries: Libraries | None,
+                  extra_definitions: dict[str, str], werror: bool, template: Path,
+                  spec: str, backend: TemplateBackend, target: TemplateBoard,
+                  accelerators: list[AcceleratorBuild]) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
-    accelerators = accelerators or []
     for accel in accelerators:
         out.update(accel.files)
     common = templates_dir() / "common"
-    crt = templates_dir() / "crt"
+    # A template's own files first (its CMakeLists.txt.j2...), the CRT template's otherwise.
+    search = backend.search_path(template)
 
     for src in sorted((common / "include").rglob("*.h")):
         out[f"runtime/include/{src.relative_to(common / 'include').as_posix()}"] = src.read_bytes()
@@ -285,7 +187,7 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     for name, src in port_files(platform_dir).items():  # the port's and its layers'
         out[f"platform/{name}"] = src.read_bytes()
     app_main = "rpc_main.c" if host_driven else "app.c"
-    out[f"app/{app_main}"] = (crt / "src" / app_main).read_bytes()
+    out[f"app/{app_main}"] = _template_file(search, f"src/{app_main}").read_bytes()
 
     for s in module.sources:
         out[f"model/src/{s.path.rsplit('/', 1)[-1]}"] = files.data[s.path]
@@ -298,9 +200,7 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     arena = arena_bytes_for(module)
     external_pools = [ExternalPool(p.name, c_identifier(p.name), p.size_bytes)
                       for p in module.pools if not p.internal]
-    # A template's own files first (its CMakeLists.txt.j2...), the CRT template's otherwise.
-    search = [str(template), str(crt)] if zephyr is not None and template else [str(crt)]
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(search),
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(d) for d in search]),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              autoescape=False)
     env.filters["c_string"] = c_string_literal
@@ -349,56 +249,24 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         "model_objects": sorted(n for n in out if n.startswith("model/lib/")),
         "tvm_include_dirs": headers.include_dirs,
         "tvm_code_cflags": TVM_CODE_CFLAGS,
-        "zephyr": zephyr,
         "accelerators": accelerators,
         "accel_counters": [a.counters for a in accelerators if a.counters],
         "multilib_flags": [f for f in board.cflags if f.startswith(("-mcpu", "-mthumb",
                                                                     "-mfloat-abi", "-mfpu"))],
     }
     context.update(graph_context)
+    context.update(target.context)
     if not host_driven:
         glue = "graph_glue.c.j2" if module.executor == "graph" else "model_glue.c.j2"
         out["app/model_glue.c"] = env.get_template(glue).render(context).encode()
     out["CMakeLists.txt"] = env.get_template("CMakeLists.txt.j2").render(context).encode()
-    if zephyr is not None:
-        out["prj.conf"] = env.get_template("prj.conf.j2").render(context).encode()
-    elif not board.is_native:
-        toolchain = env.get_template("toolchain.cmake.j2").render(context)
-        out["cmake/toolchain.cmake"] = toolchain.encode()
+    out.update(backend.render_extras(env, context, board))
     out["README.md"] = env.get_template("README.md.j2").render(
         context, project_type=project_type, board_is_native=board.is_native).encode()
 
-    project = {
-        "schema": PROJECT_SCHEMA,
-        "generator_version": __version__,
-        "runtime_abi": RUNTIME_ABI_VERSION,
-        "project_type": project_type,
-        "board": board.name,
-        "archive": {"name": archive_path.name, "sha256": archive.sha256,
-                    "mlf_version": archive.version},
-        "module": {
-            "name": module.name,
-            "executor": module.executor,
-            "entry": module.entry,
-            "inputs": [_tensor_json(t) for t in module.inputs],
-            "outputs": [_tensor_json(t) for t in module.outputs],
-            "workspace_size_bytes": module.workspace_size_bytes,
-            "arena_bytes": arena,
-            "pools": [{"name": p.name, "size_bytes": p.size_bytes, "internal": p.internal}
-                      for p in module.pools],
-            "storage_bytes": module.graph.storage_bytes if module.graph else 0,
-        },
-        "accelerators": [{"name": a.name, "counters": a.counters} for a in accelerators],
-    }
-    if host_driven:
-        project["host_driven"] = {"link_max_payload": host_driven_payload(board),
-                                  "tensor_pool_bytes": pool,
-                                  "functions": list(module.registry or [])}
-    if module.abi is not None:
-        project["tvm_headers"] = headers.record()
-    if zephyr is not None:
-        project["zephyr"] = {"board": zephyr.to_json(), "platform_name": "zephyr"}
-    out[PROJECT_FILE] = (json.dumps(project, indent=2, sort_keys=True) + "\n").encode()
+    out[PROJECT_FILE] = record_bytes(new_record(
+        spec, board, archive, archive_path.name, module, project_type, accelerators,
+        headers.record() if module.abi is not None else None, target.record))
     return out
 
 
@@ -422,52 +290,3 @@ def _graph_context(files: ArchiveFiles, module: ModuleInfo) -> tuple[dict[str, i
     }
 
 
-def _tensor_json(t) -> dict:
-    return {"name": t.name, "c_name": t.c_name, "dtype": t.dtype,
-            "shape": list(t.effective_shape()), "size_bytes": t.size_bytes}
-
-
-def _write_atomically(out_dir: Path, rendered: dict[str, bytes]) -> None:
-    """Write every file, or nothing: on failure the directory is as it was (or absent)."""
-    created = not out_dir.exists()
-    staging = out_dir / STAGING_NAME
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        if staging.exists():
-            shutil.rmtree(staging)
-        for rel, data in sorted(rendered.items()):
-            dest = staging / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(data)
-            if rel.endswith(EXECUTABLE_SUFFIXES):
-                dest.chmod(0o755)
-        for old in out_dir.iterdir():
-            if old.name == STAGING_NAME:
-                continue
-            if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old)
-            else:
-                old.unlink()
-        for item in sorted(staging.iterdir()):
-            item.rename(out_dir / item.name)
-        staging.rmdir()
-    except BaseException:
-        if created:
-            shutil.rmtree(out_dir, ignore_errors=True)
-        else:
-            shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
-def load_project(project_dir: Path) -> dict:
-    path = project_dir / PROJECT_FILE
-    if not path.is_file():
-        raise ProjectError(f"{project_dir} is not a microtvm-gen project (no {PROJECT_FILE})",
-                           hint="run 'microtvm-gen generate' first")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ProjectError(f"{path} is not valid JSON ({exc.msg})") from exc
-    if data.get("schema") != PROJECT_SCHEMA:
-        raise ProjectError(f"{path}: project schema {data.get('schema')!r}; regenerate the project")
-    return data

@@ -1,11 +1,11 @@
-"""Zephyr projects: the template's data files (template.json, boards.json) and the build.
+"""Zephyr projects: the template's board table (boards.json), the build, and its back-end.
 
-A template directory that holds a `template.json` with `"renderer": "zephyr"` renders a Zephyr
-4.x application around the same runtime as the CRT template. Its `boards.json` maps Zephyr
-board names (hardware model v2: `mps2/an385`, `nucleo_f746zg`) to what the generator needs:
-a microtvm-gen board that stands in for compiler flags and the archive checks, the memory
-sizes of the Zephyr board, its QEMU machine or (physical boards) its debug probe's USB ids
-and `west flash` runners, stack size and how the firmware exits.
+A template directory whose `template.json` names the back-end "zephyr" (`ZephyrBackend`)
+renders a Zephyr 4.x application around the same runtime as the CRT template. Its
+`boards.json` maps Zephyr board names (hardware model v2: `mps2/an385`, `nucleo_f746zg`) to
+what the generator needs: a microtvm-gen board that stands in for compiler flags and the
+archive checks, the memory sizes of the Zephyr board, its QEMU machine or (physical boards)
+its debug probe's USB ids and `west flash` runners, stack size and how the firmware exits.
 """
 
 from __future__ import annotations
@@ -15,13 +15,23 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import jinja2
+
 from generator.boards import Board, FlashSpec, QemuSpec, UsbSpec, load_board
 from generator.errors import BoardError, ProjectError, ToolchainError
+from generator.project.backend import (
+    BuiltFirmware,
+    TemplateBackend,
+    TemplateBoard,
+    backend_spec,
+)
+from generator.project_api.protocol import ProjectOption
+from generator.toolchain import BUILD_DIR, FIRMWARE, configured_elsewhere, first_error
 
-TEMPLATE_FILE = "template.json"
 BOARDS_FILE = "boards.json"
 TABLE_SCHEMA = 1
 RENDERER = "zephyr"
@@ -74,24 +84,8 @@ class ZephyrBoard:
         return cls(**data)
 
 
-def template_info(template_dir: Path | None) -> dict:
-    """The template's template.json ({} for a template without one, such as templates/crt)."""
-    if template_dir is None:
-        return {}
-    path = template_dir / TEMPLATE_FILE
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ProjectError(f"{path} is not valid JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise ProjectError(f"{path}: expected a JSON object")
-    return data
-
-
 def is_zephyr_template(template_dir: Path | None) -> bool:
-    return template_info(template_dir).get("renderer") == RENDERER
+    return backend_spec(template_dir) == RENDERER
 
 
 def load_board_table(template_dir: Path) -> dict[str, ZephyrBoard]:
@@ -206,13 +200,6 @@ def project_board(project: dict) -> Board:
     return effective_board(ZephyrBoard.from_json(project["zephyr"]["board"]))
 
 
-def board_of_project(project: dict) -> Board:
-    """The board of any generated project: a Zephyr board, or a board file's."""
-    if "zephyr" in project:
-        return project_board(project)
-    return load_board(project["board"])
-
-
 # ---- Building -----------------------------------------------------------------------------
 
 
@@ -263,8 +250,6 @@ def build_zephyr(project_dir: Path, project: dict, build_dir: Path, log: Path,
                  env: dict[str, str] | None = None, progress=None) -> Path:
     """Build the Zephyr application; returns the ELF (copied to the build dir's firmware.elf
     so that `run`, `serve` and the Project API open it like any project's)."""
-    from generator.build import FIRMWARE, first_error
-
     env = dict(os.environ if env is None else env)
     base = env.get("ZEPHYR_BASE")
     if not base:
@@ -291,3 +276,60 @@ def build_zephyr(project_dir: Path, project: dict, build_dir: Path, log: Path,
     elf = build_dir / FIRMWARE
     shutil.copyfile(build_dir / ZEPHYR_ELF, elf)
     return elf
+
+
+# ---- The back-end ---------------------------------------------------------------------------
+
+GENERATE = ("generate_project",)
+
+
+class ZephyrBackend(TemplateBackend):
+    """Zephyr boards from the template's boards.json; prj.conf; Zephyr's own build."""
+
+    name = RENDERER
+    title = "Zephyr"
+    platform_name = PLATFORM
+    board_aliases = ("zephyr_board",)
+    accelerator_drivers = False
+
+    def board_names(self, template: Path) -> list[str]:
+        return list(load_board_table(template))
+
+    def project_options(self, template: Path,
+                        options: list[ProjectOption]) -> list[ProjectOption]:
+        """A Zephyr template names Zephyr boards (its boards.json), also as 'zephyr_board'."""
+        names = self.board_names(template)
+        options = list(options)
+        options[0] = ProjectOption("board", "str", "the Zephyr board (this template's "
+                                   "boards.json); 'zephyr_board' names it too",
+                                   optional=GENERATE, choices=tuple(names))
+        options.insert(1, ProjectOption("zephyr_board", "str", "the Zephyr board, e.g. "
+                                        "mps2/an385 (hardware model v2 names)",
+                                        optional=GENERATE, choices=tuple(names)))
+        return options
+
+    def template_board(self, template: Path, name: str) -> TemplateBoard:
+        zb = zephyr_board(template, name)
+        return TemplateBoard(effective_board(zb), {"zephyr": zb},
+                             {"zephyr": {"board": zb.to_json(), "platform_name": PLATFORM}})
+
+    def project_board(self, project: dict) -> Board:
+        return project_board(project)
+
+    def render_extras(self, env: jinja2.Environment, context: dict,
+                      board: Board) -> dict[str, bytes]:
+        return {"prj.conf": env.get_template("prj.conf.j2").render(context).encode()}
+
+    def build(self, project_dir: Path, project: dict, board: Board, sanitize: bool | None,
+              progress: Callable[[str], None] | None) -> BuiltFirmware:
+        """`west build`, or CMake + Ninja with ZEPHYR_BASE."""
+        if sanitize:
+            raise ToolchainError("--sanitize needs a host build; Zephyr projects are firmware")
+        build_dir = project_dir / BUILD_DIR
+        if configured_elsewhere(project_dir):
+            shutil.rmtree(build_dir)
+        build_dir.mkdir(exist_ok=True)
+        log = build_dir / "build.log"
+        log.write_text("")
+        return BuiltFirmware(build_zephyr(project_dir, project, build_dir, log,
+                                          progress=progress), False)

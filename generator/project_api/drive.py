@@ -13,11 +13,12 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from generator.build import BUILD_DIR, BUILD_INFO, BuildResult
+from generator.build import BuildResult
 from generator.elfsize import SizeReport
 from generator.errors import ProjectError
 from generator.project_api.client import ProjectClient, ProjectTransport
 from generator.resources import templates_dir
+from generator.toolchain import BUILD_DIR, BUILD_INFO
 
 DEFAULT_TEMPLATE = "crt"
 

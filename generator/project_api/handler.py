@@ -28,8 +28,7 @@ from generator.project_api.protocol import (
     serve_lines,
 )
 
-PLATFORM_NAME = "crt"
-PROJECT_FILE = "project.json"  # generator.project.generate.PROJECT_FILE
+PROJECT_FILE = "project.json"  # generator.project.record.PROJECT_FILE
 MODEL_COPY = "model.tar"
 MAX_READ_BYTES = 1 << 20  # one read_transport reply
 DEFINITION_RE = re.compile(r"(?:-D)?([A-Za-z_][A-Za-z0-9_]*)(?:=([A-Za-z0-9_.+-]*))?")
@@ -99,31 +98,33 @@ class ProjectServer:
                 "protocol_version": PROTOCOL_VERSION}
 
     def _platform_name(self) -> str:
-        """'crt', or what the template's template.json (or the project's record) names."""
-        from generator.project.zephyr import template_info
+        """What the template's template.json names, else its (or the project's) back-end's."""
+        from generator.project.backend import template_info
+        from generator.project.backends import project_backend, template_backend
+        from generator.project.record import load_project
 
         if self.is_template:
-            return str(template_info(self.dir).get("platform_name", PLATFORM_NAME))
-        from generator.project.generate import load_project
-
-        return str(load_project(self.dir).get("zephyr", {}).get("platform_name", PLATFORM_NAME))
+            return str(template_info(self.dir).get(
+                "platform_name", template_backend(self.dir).platform_name))
+        return project_backend(load_project(self.dir)).platform_name
 
     def _offered(self) -> list[ProjectOption]:
-        """A Zephyr template names Zephyr boards (its boards.json), also as 'zephyr_board'."""
+        """A template offers its back-end's boards (and options); a project the board files'."""
         from generator.boards import list_boards
-        from generator.project.zephyr import is_zephyr_template, load_board_table
+        from generator.project.backends import template_backend
 
-        if not (self.is_template and is_zephyr_template(self.dir)):
+        if not self.is_template:
             return project_options(list_boards())
-        names = list(load_board_table(self.dir))
-        options = project_options(names)
-        options[0] = ProjectOption("board", "str", "the Zephyr board (this template's "
-                                   "boards.json); 'zephyr_board' names it too",
-                                   optional=GEN, choices=tuple(names))
-        options.insert(1, ProjectOption("zephyr_board", "str", "the Zephyr board, e.g. "
-                                        "mps2/an385 (hardware model v2 names)", optional=GEN,
-                                        choices=tuple(names)))
-        return options
+        backend = template_backend(self.dir)
+        return backend.project_options(self.dir,
+                                       project_options(backend.board_names(self.dir)))
+
+    def _board_options(self) -> tuple[str, ...]:
+        """The options that name the board: 'board', and a template's aliases of it."""
+        from generator.project.backends import template_backend
+
+        aliases = template_backend(self.dir).board_aliases if self.is_template else ()
+        return ("board", *aliases)
 
     def generate_project(self, model_library_format_path: object, standalone_crt_dir: object,
                          project_dir: object, options: object) -> None:
@@ -136,10 +137,11 @@ class ProjectServer:
         archive = Path(_text(model_library_format_path, "model_library_format_path"))
         dest = Path(_text(project_dir, "project_dir"))
         board = opts.get("board")
-        named = opts.get("zephyr_board")
-        if named is not None and board is not None and named != board:
-            raise ProjectError(f"options 'board' ({board}) and 'zephyr_board' ({named}) differ")
-        board = named if named is not None else board
+        for alias in self._board_options()[1:]:
+            named = opts.get(alias)
+            if named is not None and board is not None and named != board:
+                raise ProjectError(f"options 'board' ({board}) and '{alias}' ({named}) differ")
+            board = named if named is not None else board
         if not isinstance(board, str):
             raise ProjectError("generate_project needs the option 'board'")
         cmsis = opts.get("cmsis_path")
@@ -233,6 +235,7 @@ class ProjectServer:
         if not isinstance(options, dict):
             raise ValueError("options must be an object")
         offered = {o.name: o for o in self._offered()}
+        board_options = self._board_options()
         checked = {}
         for name, value in options.items():
             option = offered.get(name)
@@ -247,7 +250,7 @@ class ProjectServer:
                                    f"{type(value).__name__}")
             # An unknown board gets the board registry's own message, with its hint.
             if option.choices and value not in option.choices \
-                    and name not in ("board", "zephyr_board"):
+                    and name not in board_options:
                 raise ProjectError(f"project option '{name}' is {value!r}; choose one of "
                                    f"{', '.join(map(str, option.choices))}")
             checked[name] = value
@@ -267,17 +270,10 @@ def parse_definitions(text: str | None) -> dict[str, str]:
 
 
 def _open_link(project_dir: Path, serial_number: str | None) -> Any:
-    from generator.boards import load_board
     from generator.device.runner import open_device
-    from generator.project.generate import load_project
+    from generator.project.record import load_record
 
-    project = load_project(project_dir)
-    if "zephyr" in project:
-        from generator.project.zephyr import project_board
-
-        board = project_board(project)
-    else:
-        board = load_board(project["board"])
+    board = load_record(project_dir).board
     if board.runner in ("process", "qemu"):
         return open_device(board, project_dir / "build" / "firmware.elf")
     from generator.device.serial_ports import find_board_port

@@ -29,9 +29,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from generator.build import BUILD_DIR, FIRMWARE
 from generator.errors import MtgError
 from generator.rpc import packets
+from generator.toolchain import BUILD_DIR, FIRMWARE
 
 UPLOAD = "tvm.rpc.server.upload"
 LOAD_MODULE = "tvm.rpc.server.load_module"

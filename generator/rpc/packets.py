@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass
 
 from generator.errors import DeviceError
-from generator.mlf.model import dlpack_type_code, dtype_bits
+from generator.mlf.dtypes import dlpack_type_code, dtype_bits
 
 # RPC codes
 SHUTDOWN = 1

@@ -22,7 +22,9 @@ from pathlib import Path
 
 from generator.errors import InputError, ProjectError
 from generator.link.session import Link, SessionTimeouts
-from generator.project.generate import HOST_DRIVEN, load_project
+from generator.project.backends import board_of_project
+from generator.project.record import load_project
+from generator.project.sizing import HOST_DRIVEN
 from generator.rpc.bridge import IDLE_TIMEOUT, Bridge, DeviceLink
 from generator.rpc.firmware import FirmwareSlot
 
@@ -91,13 +93,7 @@ def host_driven_project(project_dir: Path) -> dict:
 def started_by_serve(project: dict) -> bool:
     """Whether serve starts the project's device itself (QEMU or a host process), as
     opposed to a board that is flashed."""
-    from generator.boards import load_board
-
-    if "zephyr" in project:
-        from generator.project.zephyr import project_board
-
-        return project_board(project).runner in ("process", "qemu")
-    return load_board(project["board"]).runner in ("process", "qemu")
+    return board_of_project(project).runner in ("process", "qemu")
 
 
 def check_accept_firmware(options: ServeOptions, project: dict) -> None:

@@ -38,7 +38,8 @@ class BuiltBatch:
 def build_batch(task: Task, mods: list, board: str, work_dir: Path, log: TuneLog) -> BuiltBatch:
     """Build one firmware with every candidate of `mods` not already in the log."""
     from generator.build import build
-    from generator.project.generate import HOST_DRIVEN, generate
+    from generator.project.generate import generate
+    from generator.project.sizing import HOST_DRIVEN
 
     number = log.new_batch()
     batch_dir = Path(work_dir) / "batches" / f"{number:05d}"

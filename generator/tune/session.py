@@ -100,8 +100,8 @@ class RemoteSession:
     def open(self, project: Path) -> RemoteSession:
         from tvm import rpc
 
-        from generator.build import BUILD_DIR, FIRMWARE
         from generator.rpc.tracker import request_server
+        from generator.toolchain import BUILD_DIR, FIRMWARE
 
         host, port, matchkey = request_server(*self.tracker, self.key, self.request_timeout)
         self.name = f"{host}:{port}"

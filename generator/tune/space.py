@@ -12,7 +12,12 @@ C has no trouble with such loops.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
+
 TARGET = "c"
+TENSOR_INTRINSICS = "tvm.s_tir.tensor_intrin"
 MAX_INNERMOST_FACTOR = 64
 UNROLL_STEPS = [0, 16, 64]  # 512: TVM takes minutes to compile some unrolled convolutions
 MUTATOR_PROBS = {"tile_size": 0.9, "unroll": 0.1}
@@ -42,10 +47,31 @@ def space_generator():
                                              mutator_probs=mutator_probs)
 
 
+def skip_tensor_intrinsics() -> None:
+    """Register TVM's tensor-intrinsic package without running its `__init__`.
+
+    `TuneContext` imports `tvm.s_tir.tensor_intrin`, whose `__init__` parses about 250
+    TVMScript intrinsics for CUDA, x86, Arm, ROCm and Hexagon; TVMScript's parser calls
+    `inspect.stack()` for each, which scans every loaded module per import-machinery frame:
+    a minute of a `tune` run on an idle core, several on a busy one. The rules above use no
+    tensor intrinsic; the package's submodules still import on demand (its `__path__` is
+    set)."""
+    if TENSOR_INTRINSICS in sys.modules:
+        return
+    spec = importlib.util.find_spec(TENSOR_INTRINSICS)
+    if spec is None:
+        return
+    sys.modules[TENSOR_INTRINSICS] = importlib.util.module_from_spec(spec)
+    parent, _, child = TENSOR_INTRINSICS.rpartition(".")
+    setattr(importlib.import_module(parent), child, sys.modules[TENSOR_INTRINSICS])
+
+
 def tune_context(mod, name: str, strategy: str = "evolutionary", seed: int = -1):
     """A TuneContext for one task (single-threaded: the machine is shared)."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
+
+    skip_tensor_intrinsics()
 
     return ms.TuneContext(mod=mod, target=tvm.target.Target(TARGET),
                           space_generator=space_generator(), search_strategy=strategy,

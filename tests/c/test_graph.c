@@ -771,6 +771,10 @@ static void test_operator_failure(void) {
   fail_next = 1;
   CHECK(mtvg_graph_run(&g) == -1);
   CHECK(err_has_any("boom", "add_one"));
+  /* The executor's message carries the operator's, which it replaces on purpose (the
+   * first error since a clear is otherwise kept). */
+  CHECK(strcmp(TVMGetLastError(), "graph: add_one failed: add_one: boom") == 0);
+  TVMAPISetLastError(NULL);
   fail_next = 0;
   CHECK(mtvg_graph_run(&g) == 0);
 }

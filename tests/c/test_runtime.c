@@ -82,10 +82,33 @@ static void test_last_error(void) {
   char long_msg[MTVG_LAST_ERROR_BYTES * 2];
   memset(long_msg, 'x', sizeof(long_msg) - 1);
   long_msg[sizeof(long_msg) - 1] = '\0';
+  TVMAPISetLastError(NULL);
   TVMAPISetLastError(long_msg);
   CHECK(strlen(TVMGetLastError()) == MTVG_LAST_ERROR_BYTES - 1);
   TVMAPISetLastError(NULL);
   CHECK(TVMGetLastError()[0] == '\0');
+}
+
+/* The first error since the last clear is the one kept: later errors of the same call, and
+ * reading it, leave it alone; NULL or "" clears it. */
+static void test_first_error_wins(void) {
+  static uint8_t arena[64];
+  mtvg_workspace_init(arena, sizeof(arena));
+  TVMAPISetLastError("");
+  CHECK(TVMBackendAllocWorkspace(2, 0, 16, 0, 8) == NULL);   /* not the CPU: first */
+  CHECK(TVMBackendAllocWorkspace(1, 0, 4096, 0, 8) == NULL); /* arena exhausted: second */
+  CHECK(TVMBackendFreeWorkspace(1, 0, arena) == MTVG_FAILED); /* not LIFO: third */
+  CHECK(strcmp(TVMGetLastError(), "workspace: only the CPU device (1, 0) exists") == 0);
+  TVMAPISetLastError("an outer layer's message");
+  CHECK(strcmp(TVMGetLastError(), "workspace: only the CPU device (1, 0) exists") == 0);
+  TVMAPISetLastError("");
+  CHECK(TVMGetLastError()[0] == '\0');
+  CHECK(TVMBackendAllocWorkspace(1, 0, 4096, 0, 8) == NULL);
+  CHECK(strcmp(TVMGetLastError(), "workspace: arena exhausted") == 0);
+  TVMAPISetLastError(NULL);
+  CHECK(TVMBackendFreeWorkspace(1, 0, arena) == MTVG_FAILED);
+  CHECK(strcmp(TVMGetLastError(), "workspace: free out of LIFO order") == 0);
+  TVMAPISetLastError(NULL);
 }
 
 static void test_frame_send_vector(void) {
@@ -141,6 +164,7 @@ static void test_frame_receive(void) {
 int main(void) {
   test_workspace();
   test_last_error();
+  test_first_error_wins();
   test_frame_send_vector();
   test_frame_receive();
   return CHECK_REPORT();

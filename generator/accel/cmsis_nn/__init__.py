@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from generator import abi
 from generator.accel import (
     Accelerator,
     Driver,
@@ -35,9 +36,12 @@ DRIVER_DIR = Path(__file__).resolve().parent / "driver"
 PATH_ENV = "CMSIS_NN_PATH"
 MARKER = Path("Include") / "arm_nnfunctions.h"
 SCRATCH_SLACK = 64
-MAX_DIM = 65535  # MTVG_CMSIS_NN_MAX_DIM
-MAX_SOFTMAX_ROW = 255  # longer rows reach a 31-bit rounding shift (driver/mtvg_cmsis_nn.h)
-MAX_ADD_SHIFT_BITS = 23  # left shift + input shift + 1 + output shift (the driver's limit)
+# The driver's limits, from its header (driver/mtvg_cmsis_nn.h says why each is what it is).
+DRIVER_HEADER = DRIVER_DIR / "mtvg_cmsis_nn.h"
+MAX_DIM = abi.header_constant(DRIVER_HEADER, "MTVG_CMSIS_NN_MAX_DIM")
+MAX_SOFTMAX_ROW = abi.header_constant(DRIVER_HEADER, "MTVG_CMSIS_NN_MAX_SOFTMAX_ROW")
+# left shift + input shift + 1 + output shift
+MAX_ADD_SHIFT_BITS = abi.header_constant(DRIVER_HEADER, "MTVG_CMSIS_NN_MAX_ADD_SCALE_BITS")
 # CMSIS-NN's MVE depthwise kernel may read up to 3 elements past the weights, bias,
 # multiplier and shift arrays: they get this many zero elements at the end.
 DEPTHWISE_OVERREAD = 4

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from generator import abi
 from generator.accel import (
     Accelerator,
     Driver,
@@ -23,11 +24,18 @@ from generator.accel import (
 from generator.accel.tir import pair, with_check
 
 DRIVER_DIR = Path(__file__).resolve().parent / "driver"
-MAX_KERNEL = 11  # the device's largest kernel side (driver/README.md)
-MAX_CHANNELS = 1024  # the device's most input or output channels
-MAX_SPATIAL = 1024  # largest input or output height / width
-MAX_STRIDE = 16  # largest stride and dilation
-MAX_PAD = 64  # largest padding
+# The limits the device checks, from its header (driver/README.md describes them).
+DEVICE_HEADER = DRIVER_DIR / "vanilla_device.h"
+MAX_KERNEL = abi.header_constant(DEVICE_HEADER, "VANILLA_MAX_KERNEL")  # kernel side
+MAX_CHANNELS = abi.header_constant(DEVICE_HEADER, "VANILLA_MAX_CHANNELS")  # in or out
+MAX_SPATIAL = abi.header_constant(DEVICE_HEADER, "VANILLA_MAX_DIM")  # in or out height / width
+# Strides and dilations are checked together, against the smaller limit.
+MAX_STRIDE = min(abi.header_constant(DEVICE_HEADER, "VANILLA_MAX_STRIDE"),
+                 abi.header_constant(DEVICE_HEADER, "VANILLA_MAX_DILATION"))
+MAX_PAD = abi.header_constant(DEVICE_HEADER, "VANILLA_MAX_PAD")
+MAX_DENSE_WIDTH = min(abi.header_constant(DEVICE_HEADER, "VANILLA_MAX_DENSE_DEPTH"),
+                      abi.header_constant(DEVICE_HEADER, "VANILLA_MAX_DENSE_UNITS"))
+MAX_BATCHES = abi.header_constant(DEVICE_HEADER, "VANILLA_MAX_BATCHES")
 
 
 def _geometry_reason(sizes: tuple[int, ...], strides: tuple[int, ...],
@@ -116,8 +124,9 @@ class Vanilla(Accelerator):
     def _check_int8_dense(m: Match) -> str | None:
         batches, k = m.op.input_shapes[0]
         units = m.op.output_shape[1]
-        if max(k, units) > 65536 or batches > 256:
-            return "dense wider than 65536 or more than 256 batches (the device's limits)"
+        if max(k, units) > MAX_DENSE_WIDTH or batches > MAX_BATCHES:
+            return (f"dense wider than {MAX_DENSE_WIDTH} or more than {MAX_BATCHES} batches "
+                    "(the device's limits)")
         return None
 
     # ---- lowering: a PrimFunc that programs the device through the driver ---------------

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from generator.accel.api import QuantizedOp
+from generator.accel.tir import QOP_ATTR
 from generator.export import qkernels
 from generator.export.fixedpoint import round_half_away
-from generator.export.quantize import QOP_ATTR, QuantReport
+from generator.export.quantize import QuantReport
 from generator.export.tflite.model import TfModel, TfOp, TfTensor
 
 UINT8_OFFSET = 128

@@ -9,9 +9,6 @@
 #include "mtvg/platform.h"
 #include "mtvg/runtime.h"
 
-#define FRAME_ESC 0xFFu
-#define FRAME_NOP 0xFEu
-#define FRAME_START 0xFDu
 #define FRAME_CHUNK 64u /* bytes staged before each mtvg_link_write */
 
 static uint32_t frame_errors;
@@ -55,8 +52,8 @@ static void writer_put(frame_writer_t* w, uint8_t byte, int in_crc) {
 static void writer_put_escaped(frame_writer_t* w, const uint8_t* data, size_t n, int in_crc) {
   for (size_t i = 0; i < n; i++) {
     writer_put(w, data[i], in_crc);
-    if (data[i] == FRAME_ESC) {
-      writer_put(w, FRAME_ESC, in_crc);
+    if (data[i] == MTVG_FRAME_ESC) {
+      writer_put(w, MTVG_FRAME_ESC, in_crc);
     }
   }
 }
@@ -64,13 +61,13 @@ static void writer_put_escaped(frame_writer_t* w, const uint8_t* data, size_t n,
 int mtvg_frame_send_parts(const uint8_t* head, size_t head_n, const uint8_t* body,
                           size_t body_n) {
   if (head_n > MTVG_LINK_MAX_PAYLOAD || body_n > MTVG_LINK_MAX_PAYLOAD - head_n) {
-    return -1;
+    return MTVG_FAILED;
   }
   size_t n = head_n + body_n;
   frame_writer_t w = {.used = 0, .crc = 0xFFFFu, .failed = 0};
   uint8_t len[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
-  writer_put(&w, FRAME_ESC, 1);
-  writer_put(&w, FRAME_START, 1);
+  writer_put(&w, MTVG_FRAME_ESC, 1);
+  writer_put(&w, MTVG_FRAME_START, 1);
   writer_put_escaped(&w, len, sizeof(len), 1);
   writer_put_escaped(&w, head, head_n, 1);
   writer_put_escaped(&w, body, body_n, 1);
@@ -78,7 +75,7 @@ int mtvg_frame_send_parts(const uint8_t* head, size_t head_n, const uint8_t* bod
   writer_put_escaped(&w, crc, sizeof(crc), 0);
   writer_flush(&w);
   mtvg_link_flush();
-  return w.failed ? -1 : 0;
+  return w.failed ? MTVG_FAILED : MTVG_OK;
 }
 
 int mtvg_frame_send(const uint8_t* payload, size_t n) {
@@ -86,40 +83,41 @@ int mtvg_frame_send(const uint8_t* payload, size_t n) {
 }
 
 int mtvg_frame_send_nop(void) {
-  const uint8_t nop = FRAME_NOP;
+  const uint8_t nop = MTVG_FRAME_NOP;
   return mtvg_link_write(&nop, 1);
 }
 
 uint32_t mtvg_frame_errors(void) { return frame_errors; }
 
-/* Reads one logical byte inside a frame. Returns the byte (0..255), -1 on link close,
- * -2 when FF FD restarts the frame, -3 on an invalid escape. Adds wire bytes to *crc. */
+/* Reads one logical byte inside a frame. Returns the byte (0..255), MTVG_LINK_CLOSED,
+ * MTVG_FRAME_RESTART when FF FD restarts the frame, or MTVG_FRAME_INVALID on an invalid
+ * escape. Adds wire bytes to *crc. */
 static int read_frame_byte(uint16_t* crc) {
   uint8_t b;
   for (;;) {
     if (mtvg_link_read(&b, 1) != 0) {
-      return -1;
+      return MTVG_LINK_CLOSED;
     }
-    if (b != FRAME_ESC) {
+    if (b != MTVG_FRAME_ESC) {
       *crc = mtvg_crc16_update(*crc, &b, 1);
       return b;
     }
     uint8_t next;
     if (mtvg_link_read(&next, 1) != 0) {
-      return -1;
+      return MTVG_LINK_CLOSED;
     }
-    if (next == FRAME_ESC) {
-      uint8_t pair[2] = {FRAME_ESC, FRAME_ESC};
+    if (next == MTVG_FRAME_ESC) {
+      uint8_t pair[2] = {MTVG_FRAME_ESC, MTVG_FRAME_ESC};
       *crc = mtvg_crc16_update(*crc, pair, 2);
-      return FRAME_ESC;
+      return MTVG_FRAME_ESC;
     }
-    if (next == FRAME_NOP) {
+    if (next == MTVG_FRAME_NOP) {
       continue;
     }
-    if (next == FRAME_START) {
-      return -2;
+    if (next == MTVG_FRAME_START) {
+      return MTVG_FRAME_RESTART;
     }
-    return -3;
+    return MTVG_FRAME_INVALID;
   }
 }
 
@@ -127,24 +125,24 @@ static int read_frame_byte(uint16_t* crc) {
  * of junk is one damage report, not one per byte. */
 static int junk_reported;
 
-/* Waits for FF FD outside a frame. Returns 0 when found, -1 on link close, -2 at the first
- * byte of a run of junk (anything but FE and the start marker). */
+/* Waits for FF FD outside a frame. Returns MTVG_OK when found, MTVG_LINK_CLOSED, or
+ * MTVG_FRAME_DAMAGED at the first byte of a run of junk (anything but FE and FF FD). */
 static int hunt_start(void) {
   uint8_t b;
   int saw_esc = 0;
   for (;;) {
     if (mtvg_link_read(&b, 1) != 0) {
-      return -1;
+      return MTVG_LINK_CLOSED;
     }
-    if (saw_esc && b == FRAME_START) {
+    if (saw_esc && b == MTVG_FRAME_START) {
       junk_reported = 0;
-      return 0;
+      return MTVG_OK;
     }
-    saw_esc = (b == FRAME_ESC);
-    if (!saw_esc && b != FRAME_NOP && !junk_reported) {
+    saw_esc = (b == MTVG_FRAME_ESC);
+    if (!saw_esc && b != MTVG_FRAME_NOP && !junk_reported) {
       junk_reported = 1;
       frame_errors++;
-      return -2;
+      return MTVG_FRAME_DAMAGED;
     }
   }
 }
@@ -155,12 +153,12 @@ static int start_pending;
 int32_t mtvg_frame_receive_checked(uint8_t* buf) {
   if (!start_pending) {
     int found = hunt_start();
-    if (found != 0) {
-      return found == -1 ? -1 : MTVG_FRAME_DAMAGED;
+    if (found != MTVG_OK) {
+      return found;
     }
   }
   start_pending = 0;
-  const uint8_t start[2] = {FRAME_ESC, FRAME_START};
+  const uint8_t start[2] = {MTVG_FRAME_ESC, MTVG_FRAME_START};
   uint16_t crc = mtvg_crc16_update(0xFFFFu, start, 2);
   uint32_t len = 0;
   int c = 0;
@@ -172,7 +170,7 @@ int32_t mtvg_frame_receive_checked(uint8_t* buf) {
     len |= (uint32_t)c << (8 * i);
   }
   if (c >= 0 && len > MTVG_LINK_MAX_PAYLOAD) {
-    c = -3;
+    c = MTVG_FRAME_INVALID;
   }
   for (uint32_t i = 0; c >= 0 && i < len; i++) {
     c = read_frame_byte(&crc);
@@ -188,10 +186,10 @@ int32_t mtvg_frame_receive_checked(uint8_t* buf) {
       got |= (uint16_t)((uint16_t)c << (8 * i));
     }
   }
-  if (c == -1) {
-    return -1;
+  if (c == MTVG_LINK_CLOSED) {
+    return MTVG_LINK_CLOSED;
   }
-  if (c == -2) {
+  if (c == MTVG_FRAME_RESTART) {
     start_pending = 1;
   }
   if (c < 0 || got != crc) {

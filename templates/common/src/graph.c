@@ -70,12 +70,12 @@ static void msg_init(message_t* m, const char* prefix) {
 
 static int msg_fail(message_t* m) {
   TVMAPISetLastError(m->text);
-  return -1;
+  return MTVG_FAILED;
 }
 
 static int fail(const char* what) {
   TVMAPISetLastError(what);
-  return -1;
+  return MTVG_FAILED;
 }
 
 /* "graph: node <id> '<name>': <what>" */
@@ -113,7 +113,7 @@ static int json_fail(json_t* j, const char* what) {
     j->error = what;
     j->error_pos = j->pos;
   }
-  return -1;
+  return MTVG_FAILED;
 }
 
 static void json_ws(json_t* j) {
@@ -216,7 +216,7 @@ static int json_int(json_t* j, int64_t* out) {
 static int json_uint32(json_t* j, uint32_t* out) {
   int64_t v;
   if (json_int(j, &v) != 0) {
-    return -1;
+    return MTVG_FAILED;
   }
   if (v < 0) {
     return json_fail(j, "negative number where a count or id belongs");
@@ -292,7 +292,7 @@ static int json_array(json_t* j, json_item_fn item, void* ctx) {
   }
   for (;;) {
     if (item(j, ctx) != 0) {
-      return -1;
+      return MTVG_FAILED;
     }
     char c = json_peek(j);
     if (c != ',' && c != ']') {
@@ -316,7 +316,7 @@ static int json_object(json_t* j, json_member_fn member, void* ctx) {
   for (;;) {
     mtvg_slice_t key;
     if (json_string(j, &key) != 0 || json_expect(j, ':') != 0 || member(j, key, ctx) != 0) {
-      return -1;
+      return MTVG_FAILED;
     }
     char c = json_peek(j);
     if (c != ',' && c != '}') {
@@ -376,7 +376,7 @@ static int parse_ref(json_t* j, mtvg_graph_ref_t* ref) {
   if (json_peek(j) == ',') {
     j->pos++;
     if (json_uint32(j, &version) != 0) {
-      return -1;
+      return MTVG_FAILED;
     }
   }
   return json_expect(j, ']');
@@ -448,7 +448,7 @@ static int input_ref_item(json_t* j, void* ctx) {
     return json_fail(j, "more operator inputs than MTVG_GRAPH_MAX_INPUT_REFS");
   }
   if (parse_ref(j, &n->g->input_refs[n->g->num_input_refs]) != 0) {
-    return -1;
+    return MTVG_FAILED;
   }
   n->g->num_input_refs++;
   n->node->listed_inputs++;
@@ -461,7 +461,7 @@ static int node_member(json_t* j, mtvg_slice_t key, void* ctx) {
   if (slice_eq(key, "op")) {
     mtvg_slice_t op;
     if (json_string(j, &op) != 0) {
-      return -1;
+      return MTVG_FAILED;
     }
     if (slice_eq(op, "null")) {
       n->node->kind = MTVG_NODE_ARG;
@@ -500,7 +500,7 @@ static int node_item(json_t* j, void* ctx) {
   node->num_outputs = 1;
   node_ctx_t n = {g, node, 0, 0};
   if (json_object(j, node_member, &n) != 0) {
-    return -1;
+    return MTVG_FAILED;
   }
   if (!n.seen_op) {
     return json_fail(j, "node without \"op\"");
@@ -532,7 +532,7 @@ static int uint_item(json_t* j, void* ctx) {
     return json_fail(j, l->too_many);
   }
   if (json_uint32(j, &l->out[*l->count]) != 0) {
-    return -1;
+    return MTVG_FAILED;
   }
   (*l->count)++;
   return 0;
@@ -544,7 +544,7 @@ static int head_item(json_t* j, void* ctx) {
     return json_fail(j, "more outputs than MTVG_GRAPH_MAX_HEADS");
   }
   if (parse_ref(j, &g->heads[g->num_heads]) != 0) {
-    return -1;
+    return MTVG_FAILED;
   }
   g->num_heads++;
   return 0;
@@ -570,19 +570,19 @@ static int parse_dtype(mtvg_slice_t s, DLDataType* out) {
     uint32_t bits = 0;
     for (uint32_t i = (uint32_t)plen; i < s.len; i++) {
       if (s.ptr[i] < '0' || s.ptr[i] > '9') {
-        return -1;
+        return MTVG_FAILED;
       }
       bits = bits * 10u + (uint32_t)(s.ptr[i] - '0');
     }
     if (bits != 8 && bits != 16 && bits != 32 && bits != 64) {
-      return -1;
+      return MTVG_FAILED;
     }
     out->code = kinds[k].code;
     out->bits = (uint8_t)bits;
     out->lanes = 1;
     return 0;
   }
-  return -1;
+  return MTVG_FAILED;
 }
 
 /* ["list_<kind>", [items...]] */
@@ -595,7 +595,7 @@ static int json_tagged_list(json_t* j, const char* tag, json_item_fn item, void*
     return json_fail(j, "graph attr has an unexpected type tag");
   }
   if (json_array(j, item, ctx) != 0) {
-    return -1;
+    return MTVG_FAILED;
   }
   return json_expect(j, ']');
 }
@@ -607,7 +607,7 @@ static int dltype_item(json_t* j, void* ctx) {
     return json_fail(j, "more entries than MTVG_GRAPH_MAX_ENTRIES");
   }
   if (json_string(j, &s) != 0) {
-    return -1;
+    return MTVG_FAILED;
   }
   if (parse_dtype(s, &g->entries[g->num_dltype].dtype) != 0) {
     return json_fail(j, "unsupported dtype (vector lanes or unknown type)");
@@ -623,7 +623,7 @@ static int storage_id_item(json_t* j, void* ctx) {
     return json_fail(j, "more entries than MTVG_GRAPH_MAX_ENTRIES");
   }
   if (json_int(j, &sid) != 0) {
-    return -1;
+    return MTVG_FAILED;
   }
   if (sid < 0 || sid >= MTVG_GRAPH_MAX_STORAGE) {
     return json_fail(j, "storage id negative or not below MTVG_GRAPH_MAX_STORAGE");
@@ -640,7 +640,7 @@ static int dim_item(json_t* j, void* ctx) {
     return json_fail(j, "shape with more than MTVG_GRAPH_MAX_NDIM dimensions");
   }
   if (json_int(j, &d) != 0) {
-    return -1;
+    return MTVG_FAILED;
   }
   if (d < 0) {
     return json_fail(j, "negative dimension (dynamic shapes are not supported)");
@@ -657,7 +657,7 @@ static int shape_item(json_t* j, void* ctx) {
   mtvg_graph_entry_t* e = &g->entries[g->num_shapes];
   e->ndim = 0;
   if (json_array(j, dim_item, e) != 0) {
-    return -1;
+    return MTVG_FAILED;
   }
   g->num_shapes++;
   return 0;
@@ -667,7 +667,7 @@ static int device_index_item(json_t* j, void* ctx) {
   (void)ctx;
   int64_t dev;
   if (json_int(j, &dev) != 0) {
-    return -1;
+    return MTVG_FAILED;
   }
   if (dev != kDLCPU) {
     return json_fail(j, "device_index other than the CPU (1): heterogeneous graphs are "
@@ -746,7 +746,7 @@ static int parse_top(json_t* j, mtvg_graph_t* g) {
     return json_fail(j, "the graph must be a JSON object");
   }
   if (json_object(j, top_member, &t) != 0) {
-    return -1;
+    return MTVG_FAILED;
   }
   if (t.seen != (KEY_NODES | KEY_ARG_NODES | KEY_HEADS | KEY_ATTRS | KEY_ROW_PTR)) {
     return json_fail(j, "the graph lacks nodes, arg_nodes, heads, attrs or node_row_ptr");
@@ -901,7 +901,7 @@ int mtvg_graph_parse(mtvg_graph_t* g, const char* json, size_t len) {
   }
   if (check_tables(g) != 0 || check_entries(g) != 0 || check_nodes(g) != 0) {
     g->num_nodes = 0;
-    return -1;
+    return MTVG_FAILED;
   }
   /* Until parameters are bound, every arg node is a model input. */
   g->num_inputs = g->num_arg_nodes;
@@ -1104,6 +1104,7 @@ int mtvg_graph_run(mtvg_graph_t* g) {
       msg_slice(&m, n->func_name);
       msg_str(&m, " failed: ");
       msg_str(&m, TVMGetLastError());
+      TVMAPISetLastError(NULL); /* the operator's reason is in ours: ours replaces it */
       return msg_fail(&m);
     }
   }

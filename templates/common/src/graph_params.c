@@ -33,7 +33,7 @@ static uint32_t get_u32(const uint8_t* p) {
 
 static int bad(const char* what) {
   TVMAPISetLastError(what);
-  return -1;
+  return MTVG_FAILED;
 }
 
 /* Is [pos, pos + n) inside the blob? */
@@ -161,7 +161,7 @@ static int fail_param(const char* what, mtvg_slice_t name) {
   }
   text[n] = '\0';
   TVMAPISetLastError(text);
-  return -1;
+  return MTVG_FAILED;
 }
 
 static int find_arg_node(const mtvg_graph_t* g, mtvg_slice_t name, uint32_t* out) {
@@ -187,13 +187,13 @@ int mtvg_graph_set_params(mtvg_graph_t* g, const uint8_t* blob, size_t len) {
   }
   mtvg_params_reader_t r;
   if (mtvg_params_open(&r, blob, len) != 0) {
-    return -1;
+    return MTVG_FAILED;
   }
   for (;;) {
     mtvg_param_t p;
     int got = mtvg_params_next(&r, &p);
     if (got < 0) {
-      return -1;
+      return MTVG_FAILED;
     }
     if (got == 0) {
       break;

@@ -339,7 +339,7 @@ static int pool_find(uint64_t data) {
       return (int)i;
     }
   }
-  return -1;
+  return MTVG_FAILED;
 }
 
 static void pool_free(uint32_t i) {
@@ -419,20 +419,20 @@ static int read_tensor_header(reader_t* r, tensor_header_t* t) {
   t->dtype.bits = (uint8_t)get_uint(r, 1);
   t->dtype.lanes = (uint16_t)get_uint(r, 2);
   if (r->bad) {
-    return -1;
+    return MTVG_FAILED;
   }
   if (t->ndim < 0 || t->ndim > (int32_t)MTVG_RPC_MAX_NDIM) {
     msg_start("tensor with ");
     msg_uint((uint64_t)(uint32_t)t->ndim);
     msg_text(" dimensions; the device takes at most MTVG_RPC_MAX_NDIM");
     r->bad = 1;
-    return -1;
+    return MTVG_FAILED;
   }
   for (int32_t i = 0; i < t->ndim; i++) {
     t->shape[i] = (int64_t)get_u64(r);
   }
   t->byte_offset = get_u64(r);
-  return r->bad ? -1 : 0;
+  return r->bad ? MTVG_FAILED : MTVG_OK;
 }
 
 /* Size in bytes of a compact tensor, or -1 if a dimension is negative or it overflows. */
@@ -458,7 +458,7 @@ static int64_t tensor_bytes(const tensor_header_t* t) {
 static int read_value(reader_t* r, value_t* v, uint32_t slot) {
   v->type = get_i32(r);
   if (r->bad) {
-    return -1;
+    return MTVG_FAILED;
   }
   int32_t type = v->type;
   if (type == T_SMALL_STR || type == T_SMALL_BYTES ||
@@ -474,7 +474,7 @@ static int read_value(reader_t* r, value_t* v, uint32_t slot) {
     } else {
       r->bad = 1;
     }
-    return r->bad ? -1 : 0;
+    return r->bad ? MTVG_FAILED : MTVG_OK;
   }
   switch (type) {
     case T_NONE:
@@ -515,29 +515,29 @@ static int read_value(reader_t* r, value_t* v, uint32_t slot) {
       r->bad = 1;
       break;
   }
-  return r->bad ? -1 : 0;
+  return r->bad ? MTVG_FAILED : MTVG_OK;
 }
 
 /* Reads a packed sequence into call_args; the packet must end right after it. */
 static int read_args(reader_t* r, uint32_t* count) {
   int32_t n = get_i32(r);
   if (r->bad || n < 0) {
-    return -1;
+    return MTVG_FAILED;
   }
   if (n > (int32_t)MTVG_RPC_MAX_ARGS) {
     msg_start("call with ");
     msg_uint((uint64_t)n);
     msg_text(" arguments; the device takes at most MTVG_RPC_MAX_ARGS");
-    return -1;
+    return MTVG_FAILED;
   }
   for (int32_t i = 0; i < n; i++) {
     memset(&call_args[i], 0, sizeof(call_args[i]));
     if (read_value(r, &call_args[i], (uint32_t)i) != 0) {
-      return -1;
+      return MTVG_FAILED;
     }
   }
   if (r->left != 0) {
-    return -1;
+    return MTVG_FAILED;
   }
   *count = (uint32_t)n;
   return 0;
@@ -566,13 +566,13 @@ static int check_range(const tensor_header_t* t, uint64_t nbytes, const char* wh
   if (t->device_type != CPU_DEVICE_TYPE || t->device_id != 0) {
     msg_what(what, arg);
     msg_text(": the device has only cpu(0)");
-    return -1;
+    return MTVG_FAILED;
   }
   int i = pool_find(t->data);
   if (i < 0) {
     msg_what(what, arg);
     msg_text(": data handle is not a live tensor of this session");
-    return -1;
+    return MTVG_FAILED;
   }
   if (t->byte_offset > allocs[i].size || nbytes > allocs[i].size - t->byte_offset) {
     msg_what(what, arg);
@@ -583,7 +583,7 @@ static int check_range(const tensor_header_t* t, uint64_t nbytes, const char* wh
     msg_text(" lie outside the tensor's ");
     msg_uint(allocs[i].size);
     msg_text(" bytes");
-    return -1;
+    return MTVG_FAILED;
   }
   return 0;
 }
@@ -616,10 +616,10 @@ static int pack_call(uint32_t n) {
           msg_start("argument ");
           msg_uint(i);
           msg_text(": shape is negative or too large");
-          return -1;
+          return MTVG_FAILED;
         }
         if (check_range(t, (uint64_t)bytes, "argument", i) != 0) {
-          return -1;
+          return MTVG_FAILED;
         }
         DLTensor* dl = &call_dl[i];
         dl->data = (void*)(uintptr_t)t->data;
@@ -637,7 +637,7 @@ static int pack_call(uint32_t n) {
       case T_RAW_STR:
         if (v->len >= sizeof(call_strings) - strings_used) {
           msg_start("string arguments longer than MTVG_RPC_STRING_BYTES");
-          return -1;
+          return MTVG_FAILED;
         }
         memcpy(call_strings + strings_used, v->bytes, (size_t)v->len);
         call_strings[strings_used + (size_t)v->len] = '\0';
@@ -651,7 +651,7 @@ static int pack_call(uint32_t n) {
         msg_text(": type index ");
         msg_uint((uint64_t)(uint32_t)v->type);
         msg_text(" cannot be passed to a device function");
-        return -1;
+        return MTVG_FAILED;
     }
   }
   return 0;
@@ -704,7 +704,7 @@ static int arg_uint(uint32_t i, uint32_t max, uint32_t* out) {
     msg_uint(i);
     msg_text(" must be an integer from 0 to ");
     msg_uint(max);
-    return -1;
+    return MTVG_FAILED;
   }
   *out = (uint32_t)call_args[i].v_int;
   return 0;

@@ -104,7 +104,7 @@ static void send_nak(void) {
 mtvg_session_event_t mtvg_session_next(const uint8_t** packet, size_t* n) {
   for (;;) {
     int32_t len = mtvg_frame_receive_checked(rx);
-    if (len == -1) {
+    if (len == MTVG_LINK_CLOSED) {
       return MTVG_SESSION_CLOSED;
     }
     if (len < (int32_t)MTVG_SESSION_HEADER_BYTES) {
@@ -172,11 +172,11 @@ uint8_t* mtvg_session_reply_buffer(void) { return tx + REPLY_PACKET_OFFSET; }
 
 int mtvg_session_reply(size_t n) {
   if (n > MTVG_SESSION_MAX_PACKET) {
-    return -1;
+    return MTVG_FAILED;
   }
   if (request_type == MTVG_MSG_NORMAL) {
     if (n == 0) {
-      return 0;
+      return MTVG_OK;
     }
     uint8_t h[MTVG_SESSION_HEADER_BYTES];
     put_header(h, session_id, MTVG_MSG_NORMAL);
@@ -184,7 +184,7 @@ int mtvg_session_reply(size_t n) {
   }
   reply_cached = 0;
   if (n == 0) {
-    return 0;
+    return MTVG_OK;
   }
   put_header(tx, session_id, MTVG_MSG_SEQUENCED);
   tx[MTVG_SESSION_HEADER_BYTES] = request_seq;

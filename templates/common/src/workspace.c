@@ -1,6 +1,6 @@
 /*
  * microtvm-gen runtime: TVMBackendAllocWorkspace / TVMBackendFreeWorkspace on one static
- * arena, strictly LIFO, plus the last-error slot.
+ * arena, strictly LIFO, plus the error slot (the first error since the last clear).
  */
 #include <string.h>
 
@@ -81,7 +81,7 @@ int TVMBackendFreeWorkspace(int device_type, int device_id, void* ptr) {
   (void)device_id;
   if (live_count == 0 || live_blocks[live_count - 1] != (uint8_t*)ptr) {
     TVMAPISetLastError("workspace: free out of LIFO order");
-    return -1;
+    return MTVG_FAILED;
   }
   live_count--;
   arena_top = live_offsets[live_count];
@@ -89,9 +89,12 @@ int TVMBackendFreeWorkspace(int device_type, int device_id, void* ptr) {
 }
 
 void TVMAPISetLastError(const char* msg) {
-  if (msg == NULL) {
-    last_error[0] = '\0';
+  if (msg == NULL || msg[0] == '\0') {
+    last_error[0] = '\0'; /* cleared: the next error is recorded */
     return;
+  }
+  if (last_error[0] != '\0') {
+    return; /* the first error since the last clear is the one reported */
   }
   size_t n = strlen(msg);
   if (n >= sizeof(last_error)) {

@@ -4,7 +4,7 @@
  * The host and the device exchange frames (mtvg_frame_send/receive). Each payload starts
  * with a command byte; integers are little-endian. docs/link.md has the full table.
  *   device -> host  'H' hello: abi, counts, sizes, arena, storage (once, at start)
- *   device -> host  'E' message, then exit 3          (instead of 'H' if set-up failed)
+ *   device -> host  'E' message, then exit MTVG_EXIT_SETUP_FAILED (if set-up failed)
  *   host -> device  'I' idx offset data  -> 'A' status  (write part of an input)
  *   host -> device  'R'                  -> 'D' status ticks hz peak errors message
  *   host -> device  'O' idx offset len   -> 'o' data    (read part of an output)
@@ -18,6 +18,7 @@
 #include "mtvg/model.h"
 #include "mtvg/platform.h"
 #include "mtvg/runtime.h"
+#include "mtvg/status.h"
 #include "tvm/runtime/c_runtime_api.h"
 
 #define CMD_HELLO 'H'
@@ -31,9 +32,6 @@
 #define CMD_COUNTERS 'K'
 #define CMD_COUNTERS_TEXT 'k'
 #define CMD_ERROR 'E'
-
-/* Exit status when the model could not be set up (its reason went out as 'E'). */
-#define EXIT_SETUP_FAILED 3
 
 static uint8_t rx[MTVG_LINK_MAX_PAYLOAD];
 static uint8_t tx[MTVG_LINK_MAX_PAYLOAD];
@@ -189,15 +187,15 @@ static void handle_counters(void) {
 
 int main(void) {
   mtvg_platform_init();
-  if (mtvg_model_init() != 0) {
+  if (mtvg_model_init() != MTVG_OK) {
     send_error(TVMGetLastError());
-    mtvg_platform_exit(EXIT_SETUP_FAILED);
+    mtvg_platform_exit(MTVG_EXIT_SETUP_FAILED);
   }
   send_hello();
   for (;;) {
     int32_t len = mtvg_frame_receive(rx);
     if (len < 0) {
-      return 0; /* the host closed the link */
+      return MTVG_EXIT_OK; /* the host closed the link */
     }
     if (len == 0) {
       send_error("empty frame");
@@ -217,7 +215,7 @@ int main(void) {
         handle_counters();
         break;
       case CMD_QUIT:
-        mtvg_platform_exit(len >= 5 ? (int)get_u32(rx + 1) : 0);
+        mtvg_platform_exit(len >= 5 ? (int)get_u32(rx + 1) : MTVG_EXIT_OK);
       default:
         send_error("unknown command");
         break;

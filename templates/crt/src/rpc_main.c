@@ -30,7 +30,7 @@ int main(void) {
     size_t n = 0;
     mtvg_session_event_t event = mtvg_session_next(&packet, &n);
     if (event == MTVG_SESSION_CLOSED) {
-      return 0;
+      return MTVG_EXIT_OK;
     }
     if (event == MTVG_SESSION_RESET) {
       mtvg_rpc_reset();

@@ -4,8 +4,9 @@
  * Generated kernels call a driver function through tir.call_extern; every driver function
  * returns int32_t: 0 on success, anything else on failure. The kernel passes that status
  * to mtvg_accel_check() (TIR cannot pass strings to C). A driver that fails first calls
- * mtvg_accel_error() with a message; the run function returns MTVG_ACCEL_RUN_FAILED after
- * the failing kernel, and the application reports mtvg_accel_message() as the run's error.
+ * mtvg_accel_error() with a message; the run function returns MTVG_ACCEL_RUN_FAILED
+ * (mtvg/status.h) after the failing kernel, and the application reports
+ * mtvg_accel_message() as the run's error.
  * A failed driver call therefore never produces a silent wrong output.
  *
  * Counters: a driver may export `void <name>(mtvg_accel_emit_fn emit)` (its plugin names
@@ -16,15 +17,14 @@
 
 #include <stdint.h>
 
+#include "mtvg/status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /*! \brief Bytes kept of a driver's error message (longer messages are cut). */
 #define MTVG_ACCEL_MESSAGE_BYTES 160
-
-/*! \brief What the model's run function returns after a driver failed. */
-#define MTVG_ACCEL_RUN_FAILED (-7)
 
 /*!
  * \brief Called by generated code after each driver call.

@@ -20,7 +20,7 @@
  *   mtvg_graph_plan()        give each storage id its memory
  *   mtvg_graph_input() / _output()  the tensors to write and read
  *   mtvg_graph_run()         as often as wanted
- * Each returns 0 on success and -1 after TVMAPISetLastError() said why.
+ * Each returns MTVG_OK on success and MTVG_FAILED after TVMAPISetLastError() said why.
  */
 #ifndef MTVG_GRAPH_H_
 #define MTVG_GRAPH_H_
@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "dlpack/dlpack.h"
+#include "mtvg/status.h"
 #include "tvm/runtime/c_runtime_api.h"
 #include "tvm/runtime/crt/module.h"
 
@@ -90,6 +91,26 @@ extern "C" {
 
 /*! \brief Alignment of every storage buffer carved from the arena, in bytes. */
 #define MTVG_GRAPH_STORAGE_ALIGN 16
+
+/* ---- Sizes the generator relies on ------------------------------------------------------ */
+/*
+ * generator/project/fit.py reads these (through generator/abi.py) to bound a model's
+ * mtvg_graph_t from below before anything is built. Sizes are with 32-bit pointers (the
+ * boards); a 64-bit host's structs are larger, never smaller. The assertions after the
+ * types hold them to it on every target the header is compiled for.
+ */
+/*! \brief sizeof(mtvg_graph_node_t), exact with 32-bit pointers. */
+#define MTVG_GRAPH_NODE_SIZE 32
+/*! \brief One per-node slot of row_ptr, arg_nodes and inputs (uint32_t each). */
+#define MTVG_GRAPH_NODE_INDEX_SIZE 4
+/*! \brief sizeof(mtvg_graph_ref_t). */
+#define MTVG_GRAPH_REF_SIZE 8
+/*! \brief mtvg_graph_entry_t up to its shape array: at least this many bytes. */
+#define MTVG_GRAPH_ENTRY_HEAD_SIZE 8
+/*! \brief One dimension of an entry's shape array (int64_t). */
+#define MTVG_GRAPH_DIM_SIZE 8
+/*! \brief sizeof(mtvg_graph_storage_t): at least its size, users, data and param fields. */
+#define MTVG_GRAPH_STORAGE_MIN_SIZE 16
 
 /* Set-up progress of an mtvg_graph_t (its `state`), in order. */
 #define MTVG_GRAPH_STATE_EMPTY 0u
@@ -172,6 +193,35 @@ typedef struct {
   mtvg_graph_storage_t storage[MTVG_GRAPH_MAX_STORAGE];
 } mtvg_graph_t;
 
+/* What fit.py assumes (the MTVG_GRAPH_*_SIZE constants above), checked at compile time. */
+MTVG_STATIC_ASSERT(sizeof(mtvg_graph_node_t) >= MTVG_GRAPH_NODE_SIZE, "MTVG_GRAPH_NODE_SIZE");
+MTVG_STATIC_ASSERT(sizeof(((mtvg_graph_t*)0)->row_ptr[0]) == MTVG_GRAPH_NODE_INDEX_SIZE &&
+                       sizeof(((mtvg_graph_t*)0)->arg_nodes[0]) == MTVG_GRAPH_NODE_INDEX_SIZE &&
+                       sizeof(((mtvg_graph_t*)0)->inputs[0]) == MTVG_GRAPH_NODE_INDEX_SIZE,
+                   "MTVG_GRAPH_NODE_INDEX_SIZE");
+MTVG_STATIC_ASSERT(sizeof(mtvg_graph_ref_t) == MTVG_GRAPH_REF_SIZE, "MTVG_GRAPH_REF_SIZE");
+MTVG_STATIC_ASSERT(offsetof(mtvg_graph_entry_t, shape) >= MTVG_GRAPH_ENTRY_HEAD_SIZE,
+                   "MTVG_GRAPH_ENTRY_HEAD_SIZE");
+MTVG_STATIC_ASSERT(sizeof(((mtvg_graph_entry_t*)0)->shape[0]) == MTVG_GRAPH_DIM_SIZE,
+                   "MTVG_GRAPH_DIM_SIZE");
+MTVG_STATIC_ASSERT(sizeof(mtvg_graph_storage_t) >= MTVG_GRAPH_STORAGE_MIN_SIZE,
+                   "MTVG_GRAPH_STORAGE_MIN_SIZE");
+#if UINTPTR_MAX == 0xFFFFFFFFu
+MTVG_STATIC_ASSERT(sizeof(mtvg_graph_node_t) == MTVG_GRAPH_NODE_SIZE,
+                   "MTVG_GRAPH_NODE_SIZE is exact with 32-bit pointers");
+#endif
+/* fit.py's lower bound of the whole table, for the limits this file is compiled with. */
+MTVG_STATIC_ASSERT(sizeof(mtvg_graph_t) >=
+                       (size_t)MTVG_GRAPH_MAX_STORAGE * MTVG_GRAPH_STORAGE_MIN_SIZE +
+                           (size_t)MTVG_GRAPH_MAX_ENTRIES *
+                               (MTVG_GRAPH_ENTRY_HEAD_SIZE +
+                                MTVG_GRAPH_DIM_SIZE * MTVG_GRAPH_MAX_NDIM) +
+                           (size_t)MTVG_GRAPH_MAX_NODES *
+                               (MTVG_GRAPH_NODE_SIZE + 3 * MTVG_GRAPH_NODE_INDEX_SIZE) +
+                           (size_t)(MTVG_GRAPH_MAX_INPUT_REFS + MTVG_GRAPH_MAX_HEADS) *
+                               MTVG_GRAPH_REF_SIZE,
+                   "generator/project/fit.py's smallest mtvg_graph_t");
+
 /* ---- Graph executor ------------------------------------------------------------------- */
 
 /*!
@@ -249,7 +299,8 @@ int mtvg_params_open(mtvg_params_reader_t* r, const uint8_t* blob, size_t size);
 
 /*!
  * \brief The next parameter.
- * \return 1 with *out filled, 0 at the end, -1 on a malformed record (last error set).
+ * \return 1 with *out filled, 0 at the end, MTVG_FAILED on a malformed record (last error
+ *         set).
  */
 int mtvg_params_next(mtvg_params_reader_t* r, mtvg_param_t* out);
 

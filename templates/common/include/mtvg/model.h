@@ -45,14 +45,15 @@ uint32_t mtvg_model_storage_used(void);
 /*!
  * \brief Prepare the model: hand the arena to the workspace allocator; for graph models,
  * parse the graph, bind the params, find the operators and place the storage.
- * \return 0 on success; -1 after TVMAPISetLastError() said why.
+ * \return MTVG_OK on success; MTVG_FAILED after TVMAPISetLastError() said why.
  */
 int32_t mtvg_model_init(void);
 
 /*!
  * \brief Run the model once on the input buffers, writing the output buffers.
- * \return 0 on success; the generated code's nonzero status otherwise
- *         (TVMGetLastError() may say why).
+ * \return MTVG_OK on success; otherwise the generated code's status (mtvg/status.h lists
+ *         what it may be): MTVG_ACCEL_RUN_FAILED after an accelerator driver failed
+ *         (mtvg_accel_message() says why), else TVMGetLastError() may say why.
  */
 int32_t mtvg_model_run(void);
 

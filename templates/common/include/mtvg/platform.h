@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mtvg/status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -25,13 +27,14 @@ void mtvg_platform_init(void);
 
 /*!
  * \brief Read exactly n bytes from the host link into buf, blocking until they arrive.
- * \return 0 when n bytes were read; -1 when the link is closed (end of input) before that.
+ * \return MTVG_OK when n bytes were read; MTVG_LINK_CLOSED when the link is closed (end of
+ *         input) before that.
  */
 int mtvg_link_read(uint8_t* buf, size_t n);
 
 /*!
  * \brief Write n bytes to the host link, blocking until they are handed to the hardware.
- * \return 0 on success; -1 when the link is closed.
+ * \return MTVG_OK on success; MTVG_LINK_CLOSED when the link is closed.
  */
 int mtvg_link_write(const uint8_t* buf, size_t n);
 

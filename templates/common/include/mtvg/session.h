@@ -51,7 +51,7 @@ extern "C" {
 
 /*! \brief What mtvg_session_next() found. */
 typedef enum {
-  MTVG_SESSION_CLOSED = -1, /*!< the link closed */
+  MTVG_SESSION_CLOSED = MTVG_LINK_CLOSED, /*!< the link closed */
   MTVG_SESSION_REQUEST = 0, /*!< an RPC packet to answer with mtvg_session_reply() */
   MTVG_SESSION_RESET = 1,   /*!< the host started or ended a session: drop all RPC state */
 } mtvg_session_event_t;
@@ -76,7 +76,7 @@ uint8_t* mtvg_session_reply_buffer(void);
 /*!
  * \brief Send the reply (n bytes from mtvg_session_reply_buffer()) to the current request,
  * as the request's message type and seq. n == 0 means "this request has no reply".
- * \return 0 on success, -1 if the link failed or n is too large.
+ * \return MTVG_OK, or MTVG_FAILED if the link failed or n is too large.
  */
 int mtvg_session_reply(size_t n);
 

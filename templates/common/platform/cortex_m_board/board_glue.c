@@ -39,7 +39,7 @@ int mtvg_link_read(uint8_t* buf, size_t n) {
   for (size_t i = 0u; i < n; ++i) {
     buf[i] = mtvg_ring_pop_wait(&mtvg_cm_rx);
   }
-  return 0;
+  return MTVG_OK;
 }
 
 void mtvg_timer_align(void) {}

@@ -16,9 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mtvg/status.h"
+
 /* Exit status of a fatal exception: this base plus the exception number (or trap cause). */
 #ifndef MTVG_FAULT_EXIT_BASE
-#define MTVG_FAULT_EXIT_BASE 128
+#define MTVG_FAULT_EXIT_BASE MTVG_EXIT_FAULT_BASE /* mtvg/status.h */
 #endif
 
 /* The fault stack and its end as an assembler operand, for a port's fault entry: the

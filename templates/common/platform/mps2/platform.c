@@ -175,7 +175,7 @@ int mtvg_link_read(uint8_t* buf, size_t n) {
     }
     buf[i] = (uint8_t)(MTVG_UART_DATA & MTVG_UART_DATA_MASK);
   }
-  return 0;
+  return MTVG_OK;
 }
 
 int mtvg_link_write(const uint8_t* buf, size_t n) {
@@ -184,7 +184,7 @@ int mtvg_link_write(const uint8_t* buf, size_t n) {
     }
     MTVG_UART_DATA = buf[i];
   }
-  return 0;
+  return MTVG_OK;
 }
 
 /*

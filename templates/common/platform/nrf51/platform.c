@@ -103,7 +103,7 @@ int mtvg_link_read(uint8_t* buf, size_t n) {
     MTVG_UART_EVENTS_RXDRDY = 0u;
     buf[i] = (uint8_t)(MTVG_UART_RXD & MTVG_BYTE_MASK);
   }
-  return 0;
+  return MTVG_OK;
 }
 
 int mtvg_link_write(const uint8_t* buf, size_t n) {
@@ -113,7 +113,7 @@ int mtvg_link_write(const uint8_t* buf, size_t n) {
     while (MTVG_UART_EVENTS_TXDRDY == 0u) {
     }
   }
-  return 0;
+  return MTVG_OK;
 }
 
 /* Every write waits for TXDRDY: nothing is buffered here. */

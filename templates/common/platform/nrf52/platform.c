@@ -154,7 +154,7 @@ int mtvg_link_write(const uint8_t* buf, size_t n) {
     buf += chunk;
     n -= chunk;
   }
-  return 0;
+  return MTVG_OK;
 }
 
 /* mtvg_link_write returns once EasyDMA has handed over its last byte: nothing is buffered. */

@@ -33,7 +33,7 @@ int mtvg_link_read(uint8_t* buf, size_t n) {
         continue;
       }
       if (got <= 0) {
-        return -1;
+        return MTVG_LINK_CLOSED;
       }
       read_pos = 0;
       read_len = (size_t)got;
@@ -49,7 +49,7 @@ int mtvg_link_read(uint8_t* buf, size_t n) {
     buf += take;
     n -= take;
   }
-  return 0;
+  return MTVG_OK;
 }
 
 int mtvg_link_write(const uint8_t* buf, size_t n) {
@@ -59,12 +59,12 @@ int mtvg_link_write(const uint8_t* buf, size_t n) {
       continue;
     }
     if (put <= 0) {
-      return -1;
+      return MTVG_LINK_CLOSED;
     }
     buf += put;
     n -= (size_t)put;
   }
-  return 0;
+  return MTVG_OK;
 }
 
 void mtvg_link_flush(void) {}

@@ -94,7 +94,7 @@ int mtvg_link_read(uint8_t* buf, size_t n) {
     buf[i] = MTVG_UART_RBR;
     plic_acknowledge();
   }
-  return 0;
+  return MTVG_OK;
 }
 
 int mtvg_link_write(const uint8_t* buf, size_t n) {
@@ -103,7 +103,7 @@ int mtvg_link_write(const uint8_t* buf, size_t n) {
     }
     MTVG_UART_THR = buf[i];
   }
-  return 0;
+  return MTVG_OK;
 }
 
 void mtvg_link_flush(void) {

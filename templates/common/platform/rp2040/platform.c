@@ -163,7 +163,7 @@ int mtvg_link_write(const uint8_t* buf, size_t n) {
     }
     UART_DR = buf[i];
   }
-  return 0;
+  return MTVG_OK;
 }
 
 /* Waits until the transmit FIFO is empty and the last byte has left the shifter. */

@@ -83,7 +83,7 @@ int mtvg_link_write(const uint8_t* buf, size_t n) {
     }
     USART_TDR = buf[i];
   }
-  return 0;
+  return MTVG_OK;
 }
 
 /* Waits until the last byte has left the shift register (transmission complete). */

@@ -113,14 +113,14 @@ int mtvg_link_read(uint8_t* buf, size_t n) {
     }
     got += chunk;
   }
-  return 0;
+  return MTVG_OK;
 }
 
 int mtvg_link_write(const uint8_t* buf, size_t n) {
   for (size_t i = 0; i < n; i++) {
     uart_poll_out(link_uart, buf[i]);
   }
-  return 0;
+  return MTVG_OK;
 }
 
 void mtvg_link_flush(void) {}

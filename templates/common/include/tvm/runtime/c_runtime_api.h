@@ -93,11 +93,15 @@ typedef int (*TVMBackendPackedCFunc)(TVMValue* args, int* type_codes, int num_ar
 
 /*!
  * \brief Record why the current call failed. The message is copied (truncated to
- * MTVG_LAST_ERROR_BYTES - 1 bytes); the last call wins. Never fails.
+ * MTVG_LAST_ERROR_BYTES - 1 bytes). The first error wins: while a message is recorded,
+ * later calls leave it alone, so the root cause of a failure is what gets reported, not
+ * the last layer it passed through (as mtvg/accel.h does for drivers). msg NULL or ""
+ * clears the slot: whoever starts a call (the application before a model run, the RPC
+ * server before a function call) clears it first. Never fails.
  */
 TVM_DLL void TVMAPISetLastError(const char* msg);
 
-/*! \brief The message of the last TVMAPISetLastError() call, or "" if none. */
+/*! \brief The first message recorded since the slot was last cleared, or "" if none. */
 TVM_DLL const char* TVMGetLastError(void);
 
 #ifdef __cplusplus
