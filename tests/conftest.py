@@ -67,6 +67,18 @@ def require_board_tools(board: str) -> None:
             pytest.skip(f"{tool} is not installed (scripts/bootstrap.sh installs it as root)")
 
 
+def port_folder(platform: str, out: Path) -> Path:
+    """out/platform holding a board port's files as a generated project's platform/ does: the
+    port's own and those of the shared layers its port.toml names, side by side."""
+    from generator.project.ports import port_files
+
+    folder = out / "platform"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, src in port_files(REPO / "templates" / "common" / "platform" / platform).items():
+        shutil.copyfile(src, folder / name)
+    return folder
+
+
 @pytest.fixture(autouse=True)
 def _isolated_environment(monkeypatch):
     """Tests never see a user's Zephyr tree or a relocated data folder."""

@@ -965,7 +965,7 @@ def test_cmsis_nn_kernels_bit_exact_in_qemu(tmp_path, board_name):
     header's formulas for the core, so a bound too small would fail a call."""
     from generator.boards import load_board
     from generator.device.runner import qemu_argv
-    from tests.conftest import require_board_tools
+    from tests.conftest import port_folder, require_board_tools
 
     tree = cmsis_nn_tree()
     require_board_tools(board_name)
@@ -975,7 +975,7 @@ def test_cmsis_nn_kernels_bit_exact_in_qemu(tmp_path, board_name):
     scratch = max(4, *(call_bound(c, core) for c in calls))
     (tmp_path / "cases.h").write_text(embed_cases(calls, expected))
     (tmp_path / "main.c").write_text(FIRMWARE_MAIN)
-    platform = COMMON / "platform" / board.platform
+    platform = port_folder(board.platform, tmp_path)
     cc = board.tool("gcc")
     flags = [*board.cflags, "-O2", "-g", f"-I{tree / 'Include'}", f"-I{COMMON / 'include'}",
              f"-I{DRIVER}", f"-I{tmp_path}", f"-DMTVG_CMSIS_NN_SCRATCH_BYTES={scratch}"]

@@ -24,6 +24,7 @@ from tests.test_end_to_end import _kws_vectors
 TEMPLATE = REPO / "templates" / "crt"
 OPTION_KEYS = {"name", "choices", "default", "type", "required", "optional", "help"}
 # TVM 0.18's default_project_options(), as its client sends them (unset ones as null).
+SERVER_FILES = ("microtvm_api_server.py", "launch_microtvm_api_server.sh")
 TVM_DEFAULT_OPTIONS = ("verbose", "project_type", "board", "cmsis_path", "warning_as_error",
                        "compile_definitions", "extra_files_tar")
 
@@ -71,6 +72,18 @@ class RawServer:
         self.r.close()
         _, err = self.proc.communicate(timeout=30)
         return err.decode(errors="replace")
+
+
+def test_every_template_presents_the_one_server():
+    """templates/common/project_api holds the server files once; each template folder holds
+    links to them (a wheel holds copies), executable, as TVM's client starts them."""
+    common = REPO / "templates" / "common" / "project_api"
+    for folder in ("crt", "zephyr"):
+        for name in SERVER_FILES:
+            presented = REPO / "templates" / folder / name
+            assert presented.is_symlink(), presented
+            assert presented.resolve() == (common / name).resolve()
+            assert os.access(presented, os.X_OK), presented
 
 
 @pytest.fixture

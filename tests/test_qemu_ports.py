@@ -14,7 +14,7 @@ import pytest
 
 from generator.boards import load_board
 from generator.device.runner import qemu_argv
-from tests.conftest import QEMU_BOARDS, REPO, require_board_tools
+from tests.conftest import QEMU_BOARDS, REPO, port_folder, require_board_tools
 
 COMMON = REPO / "templates" / "common"
 RUN_TIMEOUT = 30
@@ -44,7 +44,7 @@ def _build(board: str, crash: bool, out: Path) -> Path:
     spec = load_board(board)
     src = out / "main.c"
     src.write_text(PROGRAM.replace("CRASH", CRASH[spec.arch] if crash else ""))
-    port = COMMON / "platform" / spec.platform
+    port = port_folder(spec.platform, out)
     memory = {"MTVG_FLASH_ORIGIN": spec.flash_origin, "MTVG_FLASH_SIZE": spec.flash_bytes,
               "MTVG_RAM_ORIGIN": spec.ram_origin, "MTVG_RAM_SIZE": spec.ram_bytes,
               "MTVG_STACK_SIZE": spec.stack_bytes}

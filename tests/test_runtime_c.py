@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from generator.boards import list_boards, load_board
-from tests.conftest import REPO
+from tests.conftest import REPO, port_folder
 
 COMMON = REPO / "templates" / "common"
 STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-g"]
@@ -38,7 +38,7 @@ def test_runtime_and_platform_compile_warning_free(tmp_path, board):
     if shutil.which(cc) is None:
         pytest.skip(f"{cc} is not installed")
     files = [*sorted((COMMON / "src").glob("*.c")),
-             *sorted((COMMON / "platform" / spec.platform).glob("*.c")),
+             *sorted(port_folder(spec.platform, tmp_path).glob("*.c")),
              REPO / "templates" / "crt" / "src" / "app.c"]
     for src in files:
         subprocess.run([cc, *STRICT, *flags, "-I", str(COMMON / "include"), "-c", str(src),

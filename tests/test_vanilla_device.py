@@ -25,7 +25,7 @@ from generator.export.fixedpoint import (
     multiply_by_quantized_multiplier,
     quantize_multiplier,
 )
-from tests.conftest import REPO, require_board_tools
+from tests.conftest import REPO, port_folder, require_board_tools
 
 DRIVER = REPO / "generator" / "accel" / "vanilla" / "driver"
 COMMON = REPO / "templates" / "common"
@@ -772,7 +772,7 @@ def build_for_board(board: str, cases: bytes, out: Path) -> Path:
         "static const unsigned char vanilla_cases[] = {"
         + ",".join(str(v) for v in cases) + "};\n"
         "static const size_t vanilla_cases_bytes = sizeof(vanilla_cases);\n")
-    port = COMMON / "platform" / spec.platform
+    port = port_folder(spec.platform, out)
     sources = [HARNESS, *DRIVER_SOURCES, COMMON / "src" / "accel.c", *sorted(port.glob("*.c"))]
     objects = []
     for src in sources:

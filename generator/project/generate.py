@@ -34,6 +34,7 @@ from generator.project.checks import check_buildable
 from generator.project.extra_files import read_extra_files
 from generator.project.fit import check_fits
 from generator.project.libraries import Libraries, needed_libraries
+from generator.project.ports import port_files
 from generator.project.record import PROJECT_FILE, new_record, record_bytes
 from generator.project.sizing import (
     HOST_DRIVEN,
@@ -183,9 +184,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     if not platform_dir.is_dir():
         raise ProjectError(f"board '{board.name}' names platform '{board.platform}', which has "
                            f"no folder {platform_dir}")
-    for src in sorted(platform_dir.iterdir()):
-        if src.is_file() and src.suffix in (".c", ".h", ".ld", ".S", ".cmake"):
-            out[f"platform/{src.name}"] = src.read_bytes()
+    for name, src in port_files(platform_dir).items():  # the port's and its layers'
+        out[f"platform/{name}"] = src.read_bytes()
     app_main = "rpc_main.c" if host_driven else "app.c"
     out[f"app/{app_main}"] = _template_file(search, f"src/{app_main}").read_bytes()
 

@@ -1,8 +1,9 @@
 """Our Project API server: a template (generates projects) or a project (builds, flashes,
 and carries the device's link).
 
-The server script in `templates/crt/` and in every generated project
-(`microtvm_api_server.py`) hands its own directory to `serve_directory`. The directory is a
+The server script in every template folder and every generated project
+(`microtvm_api_server.py`, one file: templates/common/project_api/) hands its own directory
+to `serve_directory`. The directory is a
 template when it holds no `project.json`. Methods run the same code as the CLI; the CLI
 itself drives projects through this protocol (`generator.project_api.client`).
 """

@@ -1,14 +1,19 @@
 /*
- * microtvm-gen board ports for physical Cortex-M boards: the parts every such port shares.
+ * microtvm-gen board ports for Cortex-M cores (QEMU's MPS2/MPS3 and micro:bit, the physical
+ * boards): the parts every such port shares.
  *
- * Not part of the runtime interface (that is mtvg/platform.h): only the startup.c and
- * platform.c files under templates/common/platform/<port>/ include this header. Everything
- * here is static inline, so each port takes what it uses and nothing else is linked.
+ * Not part of the runtime interface (that is mtvg/platform.h): only the files of a Cortex-M
+ * port and of the shared layers under templates/common/platform/ (cortex_m, cortex_m_board,
+ * cortex_m_dwt, st_usart) include this header. Everything here is static inline, so each
+ * port takes what it uses and nothing else is linked.
  *
- *   - System Control Space registers (ARMv6-M / ARMv7-M Architecture Reference Manuals);
+ *   - System Control Space registers and exception numbers (ARMv6-M / ARMv7-M / ARMv8-M
+ *     Architecture Reference Manuals);
  *   - reset-time memory set-up (.data copy, .bss zeroing, constructors) and FPU enable;
+ *   - the vector table's slots;
  *   - the 32-bit DWT cycle counter extended to 64 bits (ARMv7-M only);
  *   - a bounded single-producer/single-consumer byte ring for interrupt-driven UART reception;
+ *   - what a fault report reads: the stacked frame, the exception's name;
  *   - the end of a program on a board: flush, then stay in a loop (no semihosting).
  */
 #ifndef MTVG_PORT_CORTEX_M_H_
@@ -30,7 +35,15 @@
 #define MTVG_SYST_RELOAD_MAX 0x00FFFFFFu   /* 24-bit counter */
 
 #define MTVG_NVIC_ISER(n) MTVG_REG32(0xE000E100u + 4u * (n)) /* set-enable, IRQ 32n..32n+31 */
+#define MTVG_NVIC_ICPR(n) MTVG_REG32(0xE000E280u + 4u * (n)) /* clear-pending, IRQ 32n.. */
+#define MTVG_SCB_ICSR MTVG_REG32(0xE000ED04u)                /* interrupt control and state */
+#define MTVG_SCB_ICSR_PENDSTCLR (1u << 25) /* write 1: clear a pending SysTick */
+#define MTVG_SCB_ICSR_PENDSTSET (1u << 26) /* SysTick exception is pending */
 #define MTVG_SCB_VTOR MTVG_REG32(0xE000ED08u)                /* vector table offset */
+#define MTVG_SCB_CFSR MTVG_REG32(0xE000ED28u)  /* configurable fault status (ARMv7-M) */
+#define MTVG_SCB_HFSR MTVG_REG32(0xE000ED2Cu)  /* hard fault status (ARMv7-M) */
+#define MTVG_SCB_MMFAR MTVG_REG32(0xE000ED34u) /* memmanage fault address (ARMv7-M) */
+#define MTVG_SCB_BFAR MTVG_REG32(0xE000ED38u)  /* bus fault address (ARMv7-M) */
 #define MTVG_SCB_CPACR MTVG_REG32(0xE000ED88u) /* coprocessor access (ARMv7-M with FPU) */
 #define MTVG_CPACR_CP10_CP11_FULL (0xFu << 20)
 
@@ -44,8 +57,19 @@
 
 /* Vector table layout: initial SP, 15 system exceptions, then the external interrupts. */
 #define MTVG_NUM_SYSTEM_VECTORS 16u
+/* Exception numbers (IPSR values); 16 + n is external interrupt n. */
 #define MTVG_EXC_RESET 1u
+#define MTVG_EXC_NMI 2u
+#define MTVG_EXC_HARDFAULT 3u
+#define MTVG_EXC_MEMMANAGE 4u  /* ARMv7-M and later */
+#define MTVG_EXC_BUSFAULT 5u   /* ARMv7-M and later */
+#define MTVG_EXC_USAGEFAULT 6u /* ARMv7-M and later */
+#define MTVG_EXC_SVCALL 11u
+#define MTVG_EXC_DEBUGMON 12u /* ARMv7-M and later */
+#define MTVG_EXC_PENDSV 14u
 #define MTVG_EXC_SYSTICK 15u
+#define MTVG_EXC_FIRST_IRQ MTVG_NUM_SYSTEM_VECTORS
+#define MTVG_IPSR_MASK 0x1FFu /* the exception number field (ARMv6-M reads bits 6-8 as 0) */
 
 /* ---- Interrupt masking -------------------------------------------------------------- */
 
@@ -70,6 +94,8 @@ extern const uint32_t __data_load__[];
 extern uint32_t __bss_start__[];
 extern uint32_t __bss_end__[];
 extern uint32_t __stack_top__[];
+extern uint8_t __ram_start__[]; /* defined by the linker scripts of ports that report faults */
+extern uint8_t __ram_end__[];
 
 typedef void (*mtvg_init_fn)(void);
 extern const mtvg_init_fn __preinit_array_start[];
@@ -198,6 +224,7 @@ typedef union {
 #define MTVG_V16(h) MTVG_V8(h), MTVG_V8(h)
 #define MTVG_V32(h) MTVG_V16(h), MTVG_V16(h)
 #define MTVG_V64(h) MTVG_V32(h), MTVG_V32(h)
+#define MTVG_V128(h) MTVG_V64(h), MTVG_V64(h)
 
 /*
  * The 16 system slots: initial SP, reset, then NMI, HardFault, MemManage, BusFault,
@@ -215,7 +242,58 @@ static inline uint32_t mtvg_cm_ipsr(void) {
   return ipsr;
 }
 
-/* ---- Faults and the end of a program -------------------------------------------------- */
+/* ---- Fault reports ------------------------------------------------------------------- */
+
+/* Words the core pushes on exception entry: r0-r3, r12, lr, pc, xpsr. */
+#define MTVG_FRAME_WORDS 8u
+#define MTVG_FRAME_LR 5u
+#define MTVG_FRAME_PC 6u
+#define MTVG_FRAME_XPSR 7u
+
+/* Whether a stacked exception frame lies whole in RAM (a bad SP must not fault again). */
+static inline int mtvg_cm_frame_is_readable(const uint32_t* frame) {
+  uintptr_t addr = (uintptr_t)frame;
+  return (addr & 3u) == 0u && addr >= (uintptr_t)__ram_start__ &&
+         addr + MTVG_FRAME_WORDS * sizeof(uint32_t) <= (uintptr_t)__ram_end__;
+}
+
+static inline const char* mtvg_cm_exception_name(uint32_t exc) {
+  switch (exc) {
+    case MTVG_EXC_NMI:
+      return "NMI";
+    case MTVG_EXC_HARDFAULT:
+      return "HardFault";
+    case MTVG_EXC_MEMMANAGE:
+      return "MemManage";
+    case MTVG_EXC_BUSFAULT:
+      return "BusFault";
+    case MTVG_EXC_USAGEFAULT:
+      return "UsageFault";
+    case MTVG_EXC_SVCALL:
+      return "SVCall";
+    case MTVG_EXC_DEBUGMON:
+      return "DebugMonitor";
+    case MTVG_EXC_PENDSV:
+      return "PendSV";
+    case MTVG_EXC_SYSTICK:
+      return "SysTick";
+    default:
+      return exc >= MTVG_EXC_FIRST_IRQ ? "unexpected IRQ" : "reserved exception";
+  }
+}
+
+/* ---- A physical board's glue (templates/common/platform/cortex_m_board) --------------- */
+
+/* Bytes the port's UART interrupt received, for mtvg_link_read. */
+extern mtvg_rx_ring mtvg_cm_rx;
+
+/* The port's UART interrupt: moves received bytes into mtvg_cm_rx. */
+void mtvg_port_uart_irq(void);
+
+/* Vector table entries: every fault (stores its number, parks) and every external
+ * interrupt (the port's UART line goes to mtvg_port_uart_irq, any other is a fault). */
+void mtvg_cm_fault(void);
+void mtvg_cm_irq(void);
 
 /* Where a stopped program left its status and a fault its exception number, for a debugger. */
 extern volatile int32_t mtvg_exit_status;

@@ -7,7 +7,7 @@
  *   timer  SysTick on the processor clock, 24-bit down-counter extended to 64 bits by
  *          counting its wrap interrupts.
  *   exit   ARM semihosting SYS_EXIT / SYS_EXIT_EXTENDED, which QEMU turns into its own
- *          process exit status.
+ *          process exit status (the semihost layer).
  *   stdio  printf() and friends go to the semihosting console (QEMU prints it on its
  *          stderr), never to the UART: the UART carries the binary host protocol.
  */
@@ -18,8 +18,10 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#include "mps2_hw.h"
 #include "mtvg/platform.h"
+#include "mtvg/port_cortex_m.h"
+#include "port.h"
+#include "semihost.h"
 
 /* ---- Configuration (override with -D) ------------------------------------------------ */
 
@@ -60,8 +62,7 @@
 
 /* ---- SysTick ------------------------------------------------------------------------- */
 
-#define MTVG_SYSTICK_RELOAD 0x00FFFFFFu /* largest 24-bit reload */
-#define MTVG_SYSTICK_PERIOD_BITS 24u    /* ticks per period = RELOAD + 1 = 2^24 */
+#define MTVG_SYSTICK_PERIOD_BITS 24u /* ticks per period = MTVG_SYST_RELOAD_MAX + 1 = 2^24 */
 #define MTVG_SYSTICK_PERIOD_MASK ((1u << MTVG_SYSTICK_PERIOD_BITS) - 1u)
 
 /* Number of SysTick periods completed; written only by SysTick_Handler (and by
@@ -75,7 +76,7 @@ void SysTick_Handler(void) { s_systick_wraps = s_systick_wraps + 1u; }
 static void timer_init(void) {
   MTVG_SYST_CSR = 0u;
   s_systick_wraps = 0u;
-  MTVG_SYST_RVR = MTVG_SYSTICK_RELOAD;
+  MTVG_SYST_RVR = MTVG_SYST_RELOAD_MAX;
   MTVG_SYST_CVR = 0u; /* any write clears the counter and COUNTFLAG */
   MTVG_SYST_CSR = MTVG_SYST_CSR_CLKSOURCE | MTVG_SYST_CSR_TICKINT | MTVG_SYST_CSR_ENABLE;
 }
@@ -145,8 +146,8 @@ static void uart_init(void) {
   MTVG_UART_STATE = MTVG_UART_STATE_TX_OVERRUN | MTVG_UART_STATE_RX_OVERRUN;
   MTVG_UART_INTSTATUS = MTVG_UART_INT_ALL;
   MTVG_UART_CTRL = MTVG_UART_CTRL_TX_EN | MTVG_UART_CTRL_RX_EN | MTVG_UART_CTRL_RX_INTEN;
-  MTVG_NVIC_ISER(MTVG_MPS2_UART0_IRQ_A) = MTVG_NVIC_BIT(MTVG_MPS2_UART0_IRQ_A);
-  MTVG_NVIC_ISER(MTVG_MPS2_UART0_IRQ_B) = MTVG_NVIC_BIT(MTVG_MPS2_UART0_IRQ_B);
+  mtvg_nvic_enable(MTVG_MPS2_UART0_IRQ_A);
+  mtvg_nvic_enable(MTVG_MPS2_UART0_IRQ_B);
 }
 
 void mtvg_mps2_uart0_irq(void) { MTVG_UART_INTSTATUS = MTVG_UART_INT_RX; }
@@ -197,38 +198,10 @@ void mtvg_link_flush(void) {
   }
 }
 
-/* ---- Exit ---------------------------------------------------------------------------- */
-
-/* Host exit statuses are 8 bits wide; a nonzero status must never read as success. */
-#define MTVG_EXIT_STATUS_MASK 0xFFu
-#define MTVG_EXIT_STATUS_FALLBACK 1u
-
-/*
- * status 0: SYS_EXIT with ADP_Stopped_ApplicationExit, QEMU exits with 0.
- * otherwise: SYS_EXIT_EXTENDED with {ADP_Stopped_ApplicationExit, status}; QEMU (7.2,
- * AArch32 too) exits with that subcode. Plain SYS_EXIT cannot carry a status on AArch32:
- * QEMU maps every other reason code to exit status 1.
- */
-void mtvg_platform_exit(int status) {
-  mtvg_link_flush();
-  if (status == 0) {
-    (void)mtvg_semihost(MTVG_SH_SYS_EXIT, MTVG_SH_ADP_STOPPED_APPLICATION_EXIT);
-  } else {
-    uint32_t code = (uint32_t)status & MTVG_EXIT_STATUS_MASK;
-    volatile uint32_t block[2];
-    block[0] = MTVG_SH_ADP_STOPPED_APPLICATION_EXIT;
-    block[1] = code != 0u ? code : MTVG_EXIT_STATUS_FALLBACK;
-    (void)mtvg_semihost(MTVG_SH_SYS_EXIT_EXTENDED, (uintptr_t)block);
-  }
-  /* Only reached if the host ignored the request: try the generic failure exit, then park. */
-  (void)mtvg_semihost(MTVG_SH_SYS_EXIT, MTVG_SH_ADP_STOPPED_RUNTIME_ERROR_UNKNOWN);
-  for (;;) {
-  }
-}
-
 /* ---- newlib system calls -------------------------------------------------------------- */
 /*
- * Just enough for stdio (printf), malloc and exit. No rdimon/nosys specs needed.
+ * Just enough for stdio (printf) and malloc; _exit is the semihost layer's. No rdimon/nosys
+ * specs needed.
  * fd 0/1/2 are "terminals": reads return end of file, writes go to the semihosting
  * console through SYS_WRITE0 (in chunks; NUL bytes through SYS_WRITEC).
  */
@@ -246,7 +219,6 @@ off_t _lseek(int fd, off_t offset, int whence);
 int _read(int fd, void* buf, size_t len);
 void* _sbrk(ptrdiff_t increment);
 int _write(int fd, const void* buf, size_t len);
-void _exit(int status) __attribute__((noreturn));
 
 extern uint8_t __heap_start__[];
 extern uint8_t __heap_end__[];
@@ -347,5 +319,3 @@ int _kill(int pid, int sig) {
   errno = EINVAL;
   return -1;
 }
-
-void _exit(int status) { mtvg_platform_exit(status); }

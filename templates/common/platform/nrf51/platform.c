@@ -8,14 +8,15 @@
  *          in software (each read notices a wrap; reads must come less than 2^32 ticks,
  *          about 268 s, apart, which every measured run does). The nRF51's Cortex-M0 has no
  *          SysTick.
- *   exit   ARM semihosting SYS_EXIT / SYS_EXIT_EXTENDED.
+ *   exit   ARM semihosting SYS_EXIT / SYS_EXIT_EXTENDED (the semihost layer).
  */
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "mtvg/platform.h"
-#include "nrf51_hw.h"
+#include "mtvg/port_cortex_m.h"
+#include "port.h"
 
 #ifndef MTVG_CPU_HZ
 #define MTVG_CPU_HZ MTVG_TIMER_HZ
@@ -78,7 +79,7 @@ static void uart_init(void) {
   MTVG_UART_EVENTS_RXDRDY = 0u;
   MTVG_UART_EVENTS_TXDRDY = 0u;
   MTVG_UART_INTENSET = MTVG_UART_INTEN_RXDRDY;
-  MTVG_NVIC_ISER = 1u << MTVG_UART0_IRQ;
+  mtvg_nvic_enable(MTVG_UART0_IRQ);
   MTVG_UART_TASKS_STARTRX = MTVG_TRIGGER;
   MTVG_UART_TASKS_STARTTX = MTVG_TRIGGER;
 }
@@ -97,7 +98,7 @@ int mtvg_link_read(uint8_t* buf, size_t n) {
   for (size_t i = 0u; i < n; ++i) {
     while (MTVG_UART_EVENTS_RXDRDY == 0u) {
       __asm__ volatile("wfi" ::: "memory");
-      MTVG_NVIC_ICPR = 1u << MTVG_UART0_IRQ;
+      MTVG_NVIC_ICPR(MTVG_UART0_IRQ / 32u) = 1u << (MTVG_UART0_IRQ % 32u);
     }
     MTVG_UART_EVENTS_RXDRDY = 0u;
     buf[i] = (uint8_t)(MTVG_UART_RXD & MTVG_BYTE_MASK);
@@ -118,36 +119,14 @@ int mtvg_link_write(const uint8_t* buf, size_t n) {
 /* Every write waits for TXDRDY: nothing is buffered here. */
 void mtvg_link_flush(void) {}
 
-/* ---- Exit ----------------------------------------------------------------------------- */
-
-#define MTVG_EXIT_STATUS_MASK 0xFFu
-#define MTVG_EXIT_STATUS_FALLBACK 1u
-
-void mtvg_platform_exit(int status) {
-  if (status == 0) {
-    (void)mtvg_semihost(MTVG_SH_SYS_EXIT, MTVG_SH_ADP_STOPPED_APPLICATION_EXIT);
-  } else {
-    uint32_t code = (uint32_t)status & MTVG_EXIT_STATUS_MASK;
-    volatile uint32_t block[2];
-    block[0] = MTVG_SH_ADP_STOPPED_APPLICATION_EXIT;
-    block[1] = code != 0u ? code : MTVG_EXIT_STATUS_FALLBACK;
-    (void)mtvg_semihost(MTVG_SH_SYS_EXIT_EXTENDED, (uintptr_t)block);
-  }
-  (void)mtvg_semihost(MTVG_SH_SYS_EXIT, MTVG_SH_ADP_STOPPED_RUNTIME_ERROR_UNKNOWN);
-  for (;;) {
-  }
-}
-
 /* ---- C library hooks ------------------------------------------------------------------ */
-/* No heap in 16 KiB: newlib's malloc (never called by the runtime) always fails. */
+/* No heap in 16 KiB: newlib's malloc (never called by the runtime) always fails. _exit is
+ * the semihost layer's. */
 
 void* _sbrk(ptrdiff_t increment);
-void _exit(int status) __attribute__((noreturn));
 
 void* _sbrk(ptrdiff_t increment) {
   (void)increment;
   errno = ENOMEM;
   return (void*)-1;
 }
-
-void _exit(int status) { mtvg_platform_exit(status); }

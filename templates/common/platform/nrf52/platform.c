@@ -6,9 +6,10 @@
  *   link   UARTE0 on P0.06 (TXD) / P0.08 (RXD), 8N1 without flow control: the virtual COM
  *          port of the DK's J-Link OB. UARTE moves bytes by EasyDMA (RAM buffers only):
  *          reception is one-byte transfers chained by the ENDRX->STARTRX shortcut into two
- *          alternating buffers; the interrupt moves each byte into a ring.
- *   timer  DWT CYCCNT (CPU cycles) extended to 64 bits; SysTick wraps keep it up to date.
- *   exit   store the status in mtvg_exit_status, stay in a loop.
+ *          alternating buffers; the interrupt moves each byte into a ring (cortex_m_board).
+ *   timer  DWT CYCCNT (CPU cycles) extended to 64 bits; SysTick wraps keep it up to date
+ *          (cortex_m_dwt).
+ *   exit   store the status in mtvg_exit_status, stay in a loop (cortex_m_board).
  *
  * Register facts from Nordic's nRF52840 Product Specification (v1.x): CLOCK, GPIO, UARTE.
  */
@@ -16,13 +17,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "dwt_timer.h"
 #include "mtvg/platform.h"
 #include "mtvg/port_cortex_m.h"
 #include "port.h"
-
-#ifndef MTVG_CPU_HZ
-#define MTVG_CPU_HZ 64000000u
-#endif
 
 /* The nRF52840's CPU clock is fixed. */
 typedef char mtvg_cpu_hz_check[(MTVG_CPU_HZ == 64000000u) ? 1 : -1];
@@ -78,9 +76,6 @@ typedef char mtvg_cpu_hz_check[(MTVG_CPU_HZ == 64000000u) ? 1 : -1];
 #define MTVG_UARTE_BAUDRATE UARTE_BAUDRATE_115200
 #endif
 
-volatile int32_t mtvg_exit_status;
-static mtvg_rx_ring s_rx;
-static mtvg_cycles s_cycles;
 static volatile uint8_t s_rx_dma[2]; /* EasyDMA targets of the chained one-byte receptions */
 static uint32_t s_rx_filling;        /* which of them the current reception fills */
 static uint8_t s_tx_dma[MTVG_TX_CHUNK];
@@ -127,7 +122,7 @@ static void uart_init(void) {
 void mtvg_port_uart_irq(void) {
   if (UARTE_EVENTS_ENDRX != 0u) {
     UARTE_EVENTS_ENDRX = 0u;
-    mtvg_ring_push(&s_rx, s_rx_dma[s_rx_filling]);
+    mtvg_ring_push(&mtvg_cm_rx, s_rx_dma[s_rx_filling]);
     s_rx_filling ^= 1u;
   }
   if (UARTE_EVENTS_RXSTARTED != 0u) {
@@ -140,19 +135,10 @@ void mtvg_port_uart_irq(void) {
   }
 }
 
-void mtvg_port_systick(void) { (void)mtvg_cycles_read(&s_cycles); }
-
 void mtvg_platform_init(void) {
   clock_init();
   uart_init();
-  mtvg_cycles_start(&s_cycles);
-}
-
-int mtvg_link_read(uint8_t* buf, size_t n) {
-  for (size_t i = 0u; i < n; ++i) {
-    buf[i] = mtvg_ring_pop_wait(&s_rx);
-  }
-  return MTVG_OK;
+  mtvg_dwt_start();
 }
 
 int mtvg_link_write(const uint8_t* buf, size_t n) {
@@ -173,15 +159,3 @@ int mtvg_link_write(const uint8_t* buf, size_t n) {
 
 /* mtvg_link_write returns once EasyDMA has handed over its last byte: nothing is buffered. */
 void mtvg_link_flush(void) {}
-
-uint64_t mtvg_timer_ticks(void) { return mtvg_cycles_read(&s_cycles); }
-
-void mtvg_timer_align(void) {}
-
-uint64_t mtvg_timer_hz(void) { return (uint64_t)MTVG_CPU_HZ; }
-
-void mtvg_platform_exit(int status) {
-  mtvg_link_flush();
-  mtvg_exit_status = status;
-  mtvg_cm_park();
-}

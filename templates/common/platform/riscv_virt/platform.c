@@ -7,13 +7,14 @@
  *          stays 0, so no trap is ever taken). QEMU connects it to -serial #0.
  *   timer  the mcycle counter. Under QEMU's -icount it reads the virtual clock in ns, one
  *          per instruction at shift=0: MTVG_CPU_HZ = 1 GHz, and a tick is one instruction.
- *   exit   RISC-V semihosting SYS_EXIT / SYS_EXIT_EXTENDED (QEMU exits with the status).
+ *   exit   RISC-V semihosting SYS_EXIT / SYS_EXIT_EXTENDED (QEMU exits with the status;
+ *          the semihost layer).
  */
 #include <stddef.h>
 #include <stdint.h>
 
 #include "mtvg/platform.h"
-#include "riscv_hw.h"
+#include "port.h"
 
 /* mcycle's rate: QEMU's virtual clock at -icount shift=0 (the board file passes it too). */
 #ifndef MTVG_CPU_HZ
@@ -109,29 +110,3 @@ void mtvg_link_flush(void) {
   while ((MTVG_UART_LSR & MTVG_UART_LSR_TX_IDLE) == 0u) {
   }
 }
-
-/* ---- Exit ------------------------------------------------------------------------------- */
-
-#define MTVG_EXIT_STATUS_MASK 0xFFu
-#define MTVG_EXIT_STATUS_FALLBACK 1u
-
-/* As on the Arm ports: status 0 through SYS_EXIT, others through SYS_EXIT_EXTENDED. */
-void mtvg_platform_exit(int status) {
-  mtvg_link_flush();
-  if (status == 0) {
-    (void)mtvg_semihost(MTVG_SH_SYS_EXIT, MTVG_SH_ADP_STOPPED_APPLICATION_EXIT);
-  } else {
-    uint32_t code = (uint32_t)status & MTVG_EXIT_STATUS_MASK;
-    volatile uint32_t block[2];
-    block[0] = MTVG_SH_ADP_STOPPED_APPLICATION_EXIT;
-    block[1] = code != 0u ? code : MTVG_EXIT_STATUS_FALLBACK;
-    (void)mtvg_semihost(MTVG_SH_SYS_EXIT_EXTENDED, (uintptr_t)block);
-  }
-  (void)mtvg_semihost(MTVG_SH_SYS_EXIT, MTVG_SH_ADP_STOPPED_RUNTIME_ERROR_UNKNOWN);
-  for (;;) {
-  }
-}
-
-/* picolibc's exit() and abort() end here. */
-void _exit(int status) __attribute__((noreturn));
-void _exit(int status) { mtvg_platform_exit(status); }

@@ -13,24 +13,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fault_report.h"
 #include "mtvg/platform.h"
-#include "riscv_hw.h"
-
-#ifndef MTVG_FAULT_EXIT_BASE
-#define MTVG_FAULT_EXIT_BASE MTVG_EXIT_FAULT_BASE /* mtvg/status.h */
-#endif
-
-/* Private stack the trap reporter switches to, so a stack overflow can still be reported. */
-#ifndef MTVG_FAULT_STACK_SIZE
-#define MTVG_FAULT_STACK_SIZE 512
-#endif
+#include "port.h"
+#include "semihost.h"
 
 #define MTVG_FAULT_MSG_SIZE 160
 #define MTVG_MCAUSE_CODE_MASK 0x3Fu
 #define MTVG_MCAUSE_INTERRUPT (1u << 31)
-
-#define MTVG_STRINGIFY_(x) #x
-#define MTVG_STRINGIFY(x) MTVG_STRINGIFY_(x)
 
 /* Symbols defined by linker.ld. */
 extern uint32_t __data_start__[];
@@ -57,8 +47,6 @@ void mtvg_riscv_reset(void) __attribute__((noreturn, used));
 void mtvg_riscv_trap_entry(void) __attribute__((naked, noreturn, aligned(4)));
 void mtvg_riscv_fault_report(uint32_t mcause, uint32_t mepc, uint32_t mtval)
     __attribute__((noreturn, used));
-
-uint8_t mtvg_riscv_fault_stack[MTVG_FAULT_STACK_SIZE] __attribute__((aligned(16), used));
 
 void _start(void) {
   __asm__ volatile(
@@ -108,7 +96,7 @@ void mtvg_riscv_reset(void) {
 /* Switch to the fault stack, then report a0 = mcause, a1 = mepc, a2 = mtval. */
 void mtvg_riscv_trap_entry(void) {
   __asm__ volatile(
-      "la sp, mtvg_riscv_fault_stack + " MTVG_STRINGIFY(MTVG_FAULT_STACK_SIZE) "\n\t"
+      "la sp, " MTVG_FAULT_STACK_TOP_ASM "\n\t"
       ".option push\n\t"
       ".option arch, +zicsr\n\t"
       "csrr a0, mcause\n\t"
@@ -146,43 +134,16 @@ static const char* cause_name(uint32_t mcause) {
   }
 }
 
-/* Bounded text building for the report (no printf: the C library may be the culprit). */
-typedef struct {
-  char text[MTVG_FAULT_MSG_SIZE];
-  size_t len;
-} mtvg_msg;
-
-static void msg_put(mtvg_msg* m, const char* s) {
-  while (*s != '\0' && m->len + 1u < sizeof(m->text)) {
-    m->text[m->len++] = *s++;
-  }
-  m->text[m->len] = '\0';
-}
-
-static void msg_hex(mtvg_msg* m, const char* label, uint32_t value) {
-  static const char kDigits[] = "0123456789abcdef";
-  enum { kHexDigits = 8 };
-  char buf[kHexDigits + 3];
-  buf[0] = '0';
-  buf[1] = 'x';
-  for (int i = 0; i < kHexDigits; ++i) {
-    buf[2 + i] = kDigits[(value >> (4 * (kHexDigits - 1 - i))) & 0xFu];
-  }
-  buf[2 + kHexDigits] = '\0';
-  msg_put(m, label);
-  msg_put(m, buf);
-}
-
 void mtvg_riscv_fault_report(uint32_t mcause, uint32_t mepc, uint32_t mtval) {
-  static mtvg_msg msg;
-  msg.len = 0u;
-  msg_put(&msg, "mtvg: fatal trap (");
-  msg_put(&msg, cause_name(mcause));
-  msg_put(&msg, ")");
-  msg_hex(&msg, " mcause=", mcause);
-  msg_hex(&msg, " mepc=", mepc);
-  msg_hex(&msg, " mtval=", mtval);
-  msg_put(&msg, "\n");
+  static char text[MTVG_FAULT_MSG_SIZE];
+  mtvg_fault_msg msg = {text, sizeof(text), 0u};
+  mtvg_fault_put(&msg, "mtvg: fatal trap (");
+  mtvg_fault_put(&msg, cause_name(mcause));
+  mtvg_fault_put(&msg, ")");
+  mtvg_fault_hex(&msg, " mcause=", mcause);
+  mtvg_fault_hex(&msg, " mepc=", mepc);
+  mtvg_fault_hex(&msg, " mtval=", mtval);
+  mtvg_fault_put(&msg, "\n");
   mtvg_semihost_puts(msg.text);
   mtvg_platform_exit(MTVG_FAULT_EXIT_BASE + (int)(mcause & MTVG_MCAUSE_CODE_MASK));
 }

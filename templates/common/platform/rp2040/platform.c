@@ -5,10 +5,11 @@
  *          clk_peri: 12 MHz, no PLL. (Reset leaves the ring oscillator, whose frequency
  *          varies from chip to chip: no use for a UART.)
  *   link   UART0 (PL011) on GP0 (TX) / GP1 (RX), 8N1 at MTVG_UART_BAUD, reception by
- *          interrupt into a ring. On a Pico these pins go to the Debug Probe's UART.
+ *          interrupt into a ring (cortex_m_board). On a Pico these pins go to the Debug
+ *          Probe's UART.
  *   timer  the 64-bit microsecond TIMER, ticking from clk_ref through the watchdog's tick
  *          generator (12 cycles per tick).
- *   exit   flush, store the status in mtvg_exit_status, stay in a loop.
+ *   exit   flush, store the status in mtvg_exit_status, stay in a loop (cortex_m_board).
  *
  * Register facts from the RP2040 datasheet (chapters 2.14-2.16 clocks/XOSC, 2.14 resets,
  * 2.19 GPIO, 4.2 UART, 4.6 TIMER, 4.7 watchdog). Each register block has atomic aliases:
@@ -107,9 +108,6 @@ typedef char mtvg_cpu_hz_check[(MTVG_CPU_HZ == MTVG_XOSC_HZ) ? 1 : -1];
 #define TIMER_TIMERAWH MTVG_REG32(TIMER_BASE + 0x24u)
 #define TIMER_TIMERAWL MTVG_REG32(TIMER_BASE + 0x28u)
 
-volatile int32_t mtvg_exit_status;
-static mtvg_rx_ring s_rx;
-
 static void unreset(uint32_t blocks) {
   REG_CLR(RESETS_BASE) = blocks;
   while ((RESETS_RESET_DONE & blocks) != blocks) {
@@ -150,20 +148,13 @@ static void uart_init(void) {
 
 void mtvg_port_uart_irq(void) {
   while ((UART_FR & UART_FR_RXFE) == 0u) {
-    mtvg_ring_push(&s_rx, (uint8_t)(UART_DR & UART_DATA_MASK));
+    mtvg_ring_push(&mtvg_cm_rx, (uint8_t)(UART_DR & UART_DATA_MASK));
   }
 }
 
 void mtvg_platform_init(void) {
   clock_init();
   uart_init();
-}
-
-int mtvg_link_read(uint8_t* buf, size_t n) {
-  for (size_t i = 0u; i < n; ++i) {
-    buf[i] = mtvg_ring_pop_wait(&s_rx);
-  }
-  return MTVG_OK;
 }
 
 int mtvg_link_write(const uint8_t* buf, size_t n) {
@@ -192,12 +183,4 @@ uint64_t mtvg_timer_ticks(void) {
   return ((uint64_t)high << 32) | (uint64_t)low;
 }
 
-void mtvg_timer_align(void) {}
-
 uint64_t mtvg_timer_hz(void) { return (uint64_t)MTVG_TIMER_HZ; }
-
-void mtvg_platform_exit(int status) {
-  mtvg_link_flush();
-  mtvg_exit_status = status;
-  mtvg_cm_park();
-}

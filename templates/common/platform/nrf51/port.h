@@ -1,18 +1,14 @@
 /*
- * microtvm-gen board port for QEMU's `microbit` machine (Nordic nRF51822, Cortex-M0): private
- * definitions shared by startup.c and platform.c. Not part of the runtime interface (that is
- * mtvg/platform.h).
+ * microtvm-gen board port for QEMU's `microbit` machine (Nordic nRF51822, Cortex-M0): the
+ * facts its files and the shared layers share. Not part of the runtime interface (that is
+ * mtvg/platform.h); the System Control Space is in mtvg/port_cortex_m.h.
  *
- * Register addresses and values from the nRF51 Series Reference Manual (UART, TIMER) and the
- * ARMv6-M Architecture Reference Manual (NVIC); semihosting numbers from the ARM semihosting
- * specification.
+ * Register addresses and values from the nRF51 Series Reference Manual (UART, TIMER).
  */
-#ifndef MTVG_NRF51_HW_H_
-#define MTVG_NRF51_HW_H_
+#ifndef MTVG_NRF51_PORT_H_
+#define MTVG_NRF51_PORT_H_
 
 #include <stdint.h>
-
-#define MTVG_REG32(addr) (*(volatile uint32_t*)(uintptr_t)(addr))
 
 /* ---- UART0 -------------------------------------------------------------------------- */
 
@@ -53,37 +49,23 @@
 #define MTVG_TIMER_BITMODE_32 3u
 #define MTVG_TIMER_HZ 16000000u /* 16 MHz base clock, prescaler 0 */
 
-/* ---- NVIC and SCB (ARMv6-M) --------------------------------------------------------- */
+/* ---- The vector table (cortex_m) ------------------------------------------------------ */
+/*
+ * Every slot but the first two is fatal: reset masks interrupts for good (PRIMASK), and the
+ * UART's interrupt only ends WFI. ARMv6-M's Cortex-M0 has no VTOR (the table is at 0).
+ */
+#define MTVG_PORT_NUM_IRQS 32u
+#define MTVG_PORT_FAULT_HANDLER mtvg_nrf51_fault_entry
+#define MTVG_PORT_IRQ_HANDLER mtvg_nrf51_fault_entry
+#define MTVG_PORT_HAS_VTOR 0
+#define MTVG_PORT_MASK_IRQS 1
 
-#define MTVG_NVIC_ISER MTVG_REG32(0xE000E100u) /* set-enable, IRQ 0-31 */
-#define MTVG_NVIC_ICPR MTVG_REG32(0xE000E280u) /* clear-pending, IRQ 0-31 */
+/* Bytes of the private stack the fault reporter switches to (fault_report.h). */
+#ifndef MTVG_FAULT_STACK_SIZE
+#define MTVG_FAULT_STACK_SIZE 256
+#endif
 
-#define MTVG_EXC_NMI 2u
-#define MTVG_EXC_HARDFAULT 3u
-#define MTVG_EXC_SVCALL 11u
-#define MTVG_EXC_PENDSV 14u
-#define MTVG_EXC_SYSTICK 15u
-#define MTVG_EXC_FIRST_IRQ 16u
-#define MTVG_NRF51_NUM_IRQS 32u
+/* Every fatal exception's entry (exceptions.c). */
+void mtvg_nrf51_fault_entry(void) __attribute__((naked, noreturn));
 
-/* ---- ARM semihosting ---------------------------------------------------------------- */
-
-#define MTVG_SH_SYS_WRITE0 0x04u
-#define MTVG_SH_SYS_EXIT 0x18u
-#define MTVG_SH_SYS_EXIT_EXTENDED 0x20u
-#define MTVG_SH_ADP_STOPPED_APPLICATION_EXIT 0x20026u
-#define MTVG_SH_ADP_STOPPED_RUNTIME_ERROR_UNKNOWN 0x20023u
-
-/* One semihosting request (BKPT 0xAB, op in r0, parameter in r1); returns r0. */
-static inline uint32_t mtvg_semihost(uint32_t op, uintptr_t arg) {
-  register uint32_t r0 __asm__("r0") = op;
-  register uintptr_t r1 __asm__("r1") = arg;
-  __asm__ volatile("bkpt 0xab" : "+r"(r0) : "r"(r1) : "memory");
-  return r0;
-}
-
-static inline void mtvg_semihost_puts(const char* s) {
-  (void)mtvg_semihost(MTVG_SH_SYS_WRITE0, (uintptr_t)s);
-}
-
-#endif /* MTVG_NRF51_HW_H_ */
+#endif /* MTVG_NRF51_PORT_H_ */

@@ -1,16 +1,15 @@
 /*
- * microtvm-gen board port for QEMU's RISC-V `virt` machine (RV32, machine mode): private
- * definitions shared by startup.c and platform.c. Not part of the runtime interface (that is
+ * microtvm-gen board port for QEMU's RISC-V `virt` machine (RV32, machine mode): the
+ * facts its files and the shared layers share. Not part of the runtime interface (that is
  * mtvg/platform.h).
  *
  * Addresses are those of QEMU's virt machine (its device tree: NS16550A UART at 0x10000000
  * on PLIC source 10, PLIC at 0x0C000000, hart 0's machine-mode context 0); register layouts
  * from the NS16550A data sheet, the RISC-V privileged specification and the SiFive PLIC
- * specification; semihosting numbers from the RISC-V semihosting specification (the ARM
- * operation numbers, entered through a fixed slli/ebreak/srai sequence).
+ * specification. Semihosting is the semihost layer's (semihost.h).
  */
-#ifndef MTVG_RISCV_HW_H_
-#define MTVG_RISCV_HW_H_
+#ifndef MTVG_RISCV_PORT_H_
+#define MTVG_RISCV_PORT_H_
 
 #include <stdint.h>
 
@@ -60,39 +59,11 @@
   __asm__ volatile(".option push\n\t.option arch, +zicsr\n\tcsrs " #csr ", %0\n\t.option pop" \
                    ::"r"(bits) : "memory")
 
-/* ---- Semihosting ------------------------------------------------------------------------ */
+/* ---- Faults (fault_report) -------------------------------------------------------------- */
 
-#define MTVG_SH_SYS_WRITE0 0x04u        /* a1 -> NUL-terminated string */
-#define MTVG_SH_SYS_EXIT 0x18u          /* a1 = reason code (32-bit targets) */
-#define MTVG_SH_SYS_EXIT_EXTENDED 0x20u /* a1 -> {reason code, subcode} */
+/* Bytes of the private stack the trap reporter switches to (fault_report.h). */
+#ifndef MTVG_FAULT_STACK_SIZE
+#define MTVG_FAULT_STACK_SIZE 512
+#endif
 
-#define MTVG_SH_ADP_STOPPED_APPLICATION_EXIT 0x20026u
-#define MTVG_SH_ADP_STOPPED_RUNTIME_ERROR_UNKNOWN 0x20023u
-
-/*
- * One semihosting request: operation in a0, parameter in a1, then the three-instruction
- * trap sequence, uncompressed and inside one 16-byte block so it never straddles a page.
- * Requires QEMU's -semihosting-config enable=on (without it the ebreak is a breakpoint trap).
- */
-static inline uint32_t mtvg_semihost(uint32_t op, uintptr_t arg) {
-  register uint32_t a0 __asm__("a0") = op;
-  register uintptr_t a1 __asm__("a1") = arg;
-  __asm__ volatile(
-      ".option push\n\t"
-      ".balign 16\n\t" /* aligned while compressed nops may pad: relaxation can shift by 2 */
-      ".option norvc\n\t"
-      "slli zero, zero, 0x1f\n\t"
-      "ebreak\n\t"
-      "srai zero, zero, 7\n\t"
-      ".option pop"
-      : "+r"(a0)
-      : "r"(a1)
-      : "memory");
-  return a0;
-}
-
-static inline void mtvg_semihost_puts(const char* s) {
-  (void)mtvg_semihost(MTVG_SH_SYS_WRITE0, (uintptr_t)s);
-}
-
-#endif /* MTVG_RISCV_HW_H_ */
+#endif /* MTVG_RISCV_PORT_H_ */
