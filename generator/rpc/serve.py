@@ -92,12 +92,13 @@ def started_by_serve(project: dict) -> bool:
     """Whether serve starts the project's device itself (QEMU or a host process), as
     opposed to a board that is flashed."""
     from generator.boards import load_board
+    from generator.device.links import link_of
 
     if "zephyr" in project:
         from generator.project.zephyr import project_board
 
-        return project_board(project).runner in ("process", "qemu")
-    return load_board(project["board"]).runner in ("process", "qemu")
+        return link_of(project_board(project)).runs_locally
+    return link_of(load_board(project["board"])).runs_locally
 
 
 def check_accept_firmware(options: ServeOptions, project: dict) -> None:
