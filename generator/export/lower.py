@@ -118,12 +118,18 @@ def lower(mod, module_name: str = "default", accelerators: list[Selected] | None
     used = sorted({c.kernel for c in program.calls})
     prefix = SYMBOL_PREFIX.format(mod=module_name)
     kernels = {name: fused[name] for name in used}
-    tuned, tuned_kernels, tuning_notes = {}, [], []
-    if tuning is not None:
+
+    def compile_kernels(funcs: dict, keep: set) -> tuple[str, dict[str, str]]:
+        source, _ = compile_plain_kernels(funcs, prefix, keep_schedule=keep)
+        return source, kernel_definitions(source, prefix)
+
+    tuned_kernels, tuning_notes = [], []
+    if tuning is None:
+        c_source, _ = compile_kernels(kernels, set())
+    else:
         cpu = {name: f for name, f in kernels.items() if name not in accel_kernels}
-        tuned, tuned_kernels, tuning_notes = tuning.apply(cpu, tunable_forms(blocks, cpu))
-        kernels.update(tuned)
-    c_source, _ = compile_plain_kernels(kernels, prefix, keep_schedule=set(tuned))
+        c_source, tuned_kernels, tuning_notes = tuning.apply(
+            kernels, cpu, tunable_forms(blocks, cpu), compile_kernels)
     prototypes = {name[len(prefix):]: params
                   for name, params in kernel_prototypes(c_source).items()}
     missing = [k for k in used if k not in prototypes]
@@ -220,10 +226,20 @@ def _same(a, b) -> bool:
 
 
 _PROTOTYPE_RE = re.compile(r"TVM_DLL void (\w+)\(([^)]*)\);")
+# A definition: its signature line, the body, and the closing brace in the first column.
+_DEFINITION_RE = re.compile(r"^TVM_DLL void (\w+)\([^)]*\) \{\n.*?^\}$", re.M | re.S)
+
 
 def kernel_prototypes(c_source: str) -> dict[str, str]:
     """Symbol → parameter list text of each plain kernel TVM's C codegen declared."""
     return dict(_PROTOTYPE_RE.findall(c_source))
+
+
+def kernel_definitions(c_source: str, prefix: str) -> dict[str, str]:
+    """Kernel name → the text of its definition, for each `<prefix><name>` TVM's C codegen
+    defined in `c_source`."""
+    return {m.group(1)[len(prefix):]: m.group(0) for m in _DEFINITION_RE.finditer(c_source)
+            if m.group(1).startswith(prefix)}
 
 
 def last_line(exc: BaseException) -> str:
