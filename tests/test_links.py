@@ -56,7 +56,7 @@ def test_the_old_runner_key_still_loads_the_same_board(tmp_path):
      r"'runner' is the old name of 'link'; give 'link' only"),
     ('link = "process"', 'link = "jtag"', r"link 'jtag' is not one of process, qemu, serial"),
     ('link = "process"', "", r"missing or malformed field \('link'\)"),
-])
+], ids=["old-and-new-differ", "unknown", "missing"])
 def test_a_wrong_link_is_refused(tmp_path, old, new, message):
     with pytest.raises(BoardError, match=message):
         parse_board(_board_file(tmp_path, "host", old, new))
