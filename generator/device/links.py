@@ -13,16 +13,23 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from generator.device.runner import Device
 from generator.errors import BoardError, DeviceError, ToolchainError
 
-if TYPE_CHECKING:
-    from generator.boards import Board
-
 # Debian packages of the QEMU system emulators the boards use.
 QEMU_PACKAGES = {"qemu-system-arm": "qemu-system-arm", "qemu-system-riscv32": "qemu-system-misc"}
+
+
+class Board(Protocol):
+    """What a link reads of a board: a generator.boards.Board (not imported here: the board
+    registry imports this module to check the links its files name)."""
+
+    name: str
+    link: str
+    qemu: Any  # generator.boards.QemuSpec, or None
+    usb: Any  # generator.boards.UsbSpec, or None
 
 
 class Link:
