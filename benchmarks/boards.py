@@ -127,7 +127,7 @@ def markdown(rows: list[Row]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    qemu = [b for b in list_boards() if load_board(b).runner == "qemu"]
+    qemu = [b for b in list_boards() if load_board(b).qemu is not None]
     parser.add_argument("--boards", default=",".join(qemu), help="comma-separated board names")
     parser.add_argument("--models", default=",".join(MODELS), help=", ".join(MODELS))
     parser.add_argument("--json", action="store_true", help="one JSON document instead of a table")

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from generator.boards import load_board  # noqa: E402
 from generator.build import build  # noqa: E402
-from generator.device.runner import open_device  # noqa: E402
+from generator.device.links import open_device  # noqa: E402
 from generator.export.operators import export_operators  # noqa: E402
 from generator.link.session import Session, SessionTimeouts  # noqa: E402
 from generator.project.generate import generate  # noqa: E402

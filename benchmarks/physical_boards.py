@@ -24,13 +24,15 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from generator.boards import load_board
+from generator.boards import list_boards, load_board
 from generator.build import build
+from generator.device.links import link_of
 from generator.project.generate import generate
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "tests" / "fixtures" / "models"
-PHYSICAL_BOARDS = ["nucleo-f746zg", "nucleo-l4r5zi", "nrf52840dk", "rpi-pico"]
+# The boards that are flashed (their link needs it), from the board files.
+PHYSICAL_BOARDS = [b for b in list_boards() if link_of(load_board(b)).needs_flash]
 REFERENCE_BOARD = "qemu-mps2-an385"
 ARCHIVES = {"yes_no": REPO / "examples" / "yes_no" / "model.tar"}
 EXPORTED = {

@@ -7,11 +7,13 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from generator.device.links import LINKS
 from generator.errors import BoardError
 from generator.resources import boards_dir
 
 BOARD_SCHEMA = 1
-RUNNERS = ("process", "qemu", "serial")
+LINK_KEY = "link"
+OLD_LINK_KEY = "runner"  # what board files called the link before; still read
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class Board:
     description: str
     platform: str  # folder under templates/common/platform/
     toolchain: str  # "native" or a GNU triplet prefix such as "arm-none-eabi"
-    runner: str
+    link: str  # how its firmware runs and is reached: a name in generator.device.links.LINKS
     arch: str  # ELF architecture the board executes (see mlf.sources.ELF_MACHINES)
     cflags: tuple[str, ...] = ()
     ldflags: tuple[str, ...] = ()
@@ -123,7 +125,7 @@ def parse_board(path: Path) -> Board:
             description=str(data["description"]),
             platform=str(data["platform"]),
             toolchain=str(data["toolchain"]),
-            runner=str(data["runner"]),
+            link=_link_name(path, data),
             arch=str(data.get("arch") or host_arch()),
             cflags=tuple(data.get("cflags", ())),
             ldflags=tuple(data.get("ldflags", ())),
@@ -145,11 +147,21 @@ def parse_board(path: Path) -> Board:
         raise BoardError(f"{path}: missing or malformed field ({exc})") from exc
     if board.name != path.stem:
         raise BoardError(f"{path}: name '{board.name}' differs from the file name")
-    if board.runner not in RUNNERS:
-        raise BoardError(f"{path}: runner '{board.runner}' is not one of {', '.join(RUNNERS)}")
-    if board.runner == "qemu" and board.qemu is None:
-        raise BoardError(f"{path}: runner 'qemu' needs a [qemu] table")
+    if board.link not in LINKS:
+        raise BoardError(f"{path}: link '{board.link}' is not one of {', '.join(LINKS)}")
+    problem = LINKS[board.link]().problem(board)
+    if problem:
+        raise BoardError(f"{path}: {problem}")
     return board
+
+
+def _link_name(path: Path, data: dict) -> str:
+    """`link`, or the older `runner` with the same meaning (board files written before)."""
+    if LINK_KEY in data and OLD_LINK_KEY in data and data[LINK_KEY] != data[OLD_LINK_KEY]:
+        raise BoardError(f"{path}: '{OLD_LINK_KEY}' is the old name of '{LINK_KEY}'; give "
+                         f"'{LINK_KEY}' only")
+    return str(data[OLD_LINK_KEY] if LINK_KEY not in data and OLD_LINK_KEY in data
+               else data[LINK_KEY])
 
 
 def _parse_usb(path: Path, table: dict | None) -> UsbSpec | None:

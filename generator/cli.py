@@ -303,7 +303,8 @@ class Boards(Command):
             return print_connected(boards, args.json)
         if args.json:
             self.emit_json({"boards": [{"name": b.name, "description": b.description,
-                                        "arch": b.arch, "runner": b.runner} for b in boards]})
+                                        "arch": b.arch, "link": b.link, "runner": b.link}
+                                       for b in boards]})
         else:
             for b in boards:
                 print(f"{b.name:20s} {b.description}")

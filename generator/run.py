@@ -10,6 +10,7 @@ import numpy as np
 from generator import RUNTIME_ABI_VERSION, abi
 from generator.boards import Board
 from generator.build import BuildResult, board_ram, build
+from generator.device.links import link_of
 from generator.elfsize import elf_size
 from generator.errors import DeviceError, InputError
 from generator.link.app_client import AppClient, RunResult
@@ -91,7 +92,8 @@ class Timing:
 
 def timing(board: Board, ticks: int, hz: int) -> Timing:
     """How to read a run's timer ticks on this board."""
-    shift = board.qemu.icount_shift if board.runner == "qemu" and board.qemu else None
+    link = link_of(board)
+    shift = link.icount_shift(board)
     if shift is not None and hz:
         # Integer arithmetic, rounded to nearest: exact for timers dividing 1 GHz.
         per = hz << shift
@@ -100,7 +102,7 @@ def timing(board: Board, ticks: int, hz: int) -> Timing:
     seconds = ticks / hz if hz else 0.0
     if hz == NS_PER_SECOND:
         return Timing("ns", ticks, ticks, hz, seconds)
-    cycles = board.runner != "qemu" and hz == board.clock_hz  # a timer on the CPU clock
+    cycles = not link.emulated and hz == board.clock_hz  # a timer on the CPU clock
     return Timing("cycles" if cycles else "ticks", ticks, ticks, hz, seconds)
 
 

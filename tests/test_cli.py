@@ -93,7 +93,7 @@ def test_run_time_units_follow_the_board():
     assert timing(qemu, 1000, 32_000_000).count == 31_250  # a 32 MHz timer
     host = timing(load_board("host"), 1500, 10**9)
     assert (host.unit, host.count, host.seconds) == ("ns", 1500, 1.5e-6)
-    real = replace(qemu, runner="serial", qemu=None)
+    real = replace(qemu, link="serial", qemu=None)
     assert timing(real, 1000, 25_000_000).unit == "cycles"
     assert timing(real, 1000, 1_000_000).unit == "ticks"  # a timer off the CPU clock
     no_icount = replace(qemu, qemu=replace(qemu.qemu, icount_shift=None))

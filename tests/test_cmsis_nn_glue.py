@@ -964,7 +964,7 @@ def test_cmsis_nn_kernels_bit_exact_in_qemu(tmp_path, board_name):
     the same TFLite references; the scratch buffer is exactly the largest bound of the
     header's formulas for the core, so a bound too small would fail a call."""
     from generator.boards import load_board
-    from generator.device.runner import qemu_argv
+    from generator.device.links import qemu_argv
     from tests.conftest import port_folder, require_board_tools
 
     tree = cmsis_nn_tree()

@@ -13,7 +13,7 @@ import pytest
 
 from generator.boards import load_board
 from generator.build import build
-from generator.device.runner import open_device
+from generator.device.links import open_device
 from generator.errors import DeviceError
 from generator.link.app_client import AppClient
 from generator.link.framing import encode_frame

@@ -17,9 +17,8 @@ from generator.boards import load_board
 from generator.build import build
 from generator.device.uf2 import load_segments
 from generator.project.generate import generate
-from tests.conftest import REPO, YES_NO
+from tests.conftest import PHYSICAL_BOARDS, REPO, YES_NO
 
-PHYSICAL_BOARDS = ["nucleo-f746zg", "nucleo-l4r5zi", "nrf52840dk", "rpi-pico"]
 SHF_ALLOC = 0x2
 SHT_NOBITS = 8
 RP2040_BOOT2_BYTES = 256

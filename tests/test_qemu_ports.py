@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from generator.boards import load_board
-from generator.device.runner import qemu_argv
+from generator.device.links import qemu_argv
 from tests.conftest import QEMU_BOARDS, REPO, port_folder, require_board_tools
 
 COMMON = REPO / "templates" / "common"

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from generator.boards import load_board
-from generator.device.runner import open_device
+from generator.device.links import open_device
 from generator.errors import DeviceError
 from generator.link.session import Session, SessionTimeouts
 from generator.project.sizing import HOST_DRIVEN_MAX_PAYLOAD

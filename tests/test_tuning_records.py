@@ -122,15 +122,35 @@ def _metadata(archive: Path) -> dict:
     return json.loads(_members(archive)["metadata.json"])["modules"]["default"]
 
 
-def test_records_are_applied_and_the_archive_says_which(int8_records, tmp_path):
+def _counting(monkeypatch, module, name: str) -> list:
+    """Calls of module.name from now on (each call's arguments)."""
+    calls, real = [], getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_records_are_applied_and_the_archive_says_which(int8_records, tmp_path, monkeypatch):
+    from generator.export import lower, tflite
+
     directory, written = int8_records
+    compiles = _counting(monkeypatch, lower, "compile_plain_kernels")
+    builds = _counting(monkeypatch, tflite, "_build")  # the importer's integer kernels
     tuned = export_model(INT8, tmp_path / "tuned.tar",
                          tuning=TuningRecords.load(directory))
+    assert len(compiles) == 1  # each kernel, tuned or not, compiled once
+    tuned_builds = len(builds)
     assert {k.task: [k.candidate] for k in tuned.tuned} == written
     meta = _metadata(tmp_path / "tuned.tar")["tuning"]
     assert [k["candidate"] for k in meta["kernels"]] == [k.candidate for k in tuned.tuned]
     assert len(meta["records_sha256"]) == 64 and str(directory) not in json.dumps(meta)
+    del builds[:]
     untuned = export_model(INT8, tmp_path / "untuned.tar")
+    assert tuned_builds == len(builds)  # the tuned kernels' other forms: no second build
     assert "tuning" not in _metadata(tmp_path / "untuned.tar")
     assert untuned.tuned == [] and tuned.plan.pool_bytes == untuned.plan.pool_bytes
 

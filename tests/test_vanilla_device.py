@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from generator.boards import load_board
-from generator.device.runner import qemu_argv
+from generator.device.links import qemu_argv
 from generator.export.fixedpoint import (
     PyArith,
     multiply_by_quantized_multiplier,

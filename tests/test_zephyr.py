@@ -93,7 +93,7 @@ def test_physical_board_entry(zboard):
     """A physical board: its link is the probe's serial port, `west flash` puts it on."""
     default, other = PHYSICAL[zboard].default, PHYSICAL[zboard].other
     board = effective_board(load_board_table(TEMPLATE)[zboard])
-    assert (board.name, board.runner, board.qemu, board.clock_hz) == (zboard, "serial", None,
+    assert (board.name, board.link, board.qemu, board.clock_hz) == (zboard, "serial", None,
                                                                       None)
     assert board.flash is not None and board.flash.runner == "west"
     west = board.flash.runners["west"]

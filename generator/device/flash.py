@@ -32,6 +32,7 @@ from typing import ClassVar
 
 from generator.boards import Board
 from generator.build import build
+from generator.device.links import link_of
 from generator.device.serial_ports import connected_ports, find_board_port
 from generator.device.uf2 import write_uf2
 from generator.errors import BoardError, DeviceError, ToolchainError
@@ -335,8 +336,8 @@ def flash_project(project_dir: Path, runner_name: str | None = None,
     project_dir = project_dir.resolve()
     board = board_of_project(load_project(project_dir))
     if board.flash is None:
-        how = {"qemu": "runs in QEMU", "process": "runs as a process on this machine"}.get(
-            board.runner, "has no flash runner")
+        link = link_of(board)
+        how = "has no flash runner" if link.needs_flash else link.where
         return FlashResult(board.name, None, [], None, None, None, dry_run, False,
                            f"nothing to flash: board '{board.name}' {how}")
     runner, options = runner_for(board, runner_name)

@@ -1,8 +1,7 @@
-"""Runners: each starts a built firmware and exposes its link as a byte stream.
+"""A firmware started on this machine (a host process or QEMU), its link a byte stream.
 
-A runner declares what it needs from the board (the board file names it in `runner`).
-The host runner starts the ELF as a process and talks over its stdin/stdout; the QEMU
-runner starts qemu-system-* with UART0 on QEMU's stdin/stdout and semihosting for exit.
+The links that start one (generator/device/links.py) give the command line: the ELF itself,
+talking over its stdin/stdout, or qemu-system-* with UART0 on QEMU's stdin/stdout.
 
 A device process never outlives the process that started it: on Linux it gets SIGKILL
 when its parent dies (PR_SET_PDEATHSIG), even when the parent itself was killed; `close`
@@ -14,20 +13,15 @@ from __future__ import annotations
 import ctypes
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-from generator.boards import Board
 from generator.errors import DeviceError, ToolchainError
 
 READ_CHUNK = 65536
-# Debian packages of the QEMU system emulators the boards use.
-QEMU_PACKAGES = {"qemu-system-arm": "qemu-system-arm", "qemu-system-riscv32": "qemu-system-misc"}
 STOP_GRACE_SECONDS = 5.0
 TERMINATE_GRACE_SECONDS = 2.0
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -150,31 +144,3 @@ class Device:
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream:
                 stream.close()
-
-
-def qemu_argv(board: Board, elf: Path) -> list[str]:
-    assert board.qemu is not None
-    binary = shutil.which(board.qemu.binary)
-    if binary is None:
-        package = QEMU_PACKAGES.get(board.qemu.binary, "qemu-system-misc")
-        raise ToolchainError(f"board '{board.name}' needs {board.qemu.binary}, which is not on "
-                             "PATH", hint=f"apt-get install {package}")
-    argv = [binary, "-M", board.qemu.machine, "-cpu", board.qemu.cpu,
-            "-display", "none", "-monitor", "none", "-nodefaults", "-nic", "user,restrict=on",
-            "-chardev", "stdio,id=link,mux=off,signal=off", "-serial", "chardev:link",
-            "-semihosting-config", "enable=on,target=native",
-            "-kernel", str(elf), *board.qemu.args]
-    if board.qemu.icount_shift is not None:
-        argv += ["-icount", f"shift={board.qemu.icount_shift}"]
-    return argv
-
-
-def open_device(board: Board, elf: Path) -> Device:
-    if not elf.is_file():
-        raise DeviceError(f"{elf} does not exist; build the project first")
-    if board.runner == "process":
-        return Device([str(elf)], f"firmware process {elf.name}")
-    if board.runner == "qemu":
-        return Device(qemu_argv(board, elf), f"QEMU ({board.name})",
-                      stops_at_end_of_input=False)
-    raise DeviceError(f"board '{board.name}' has no runner this tool can start")

@@ -9,9 +9,17 @@ to pick one of several probes.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any, Protocol
 
-from generator.boards import Board
 from generator.errors import BoardError, DeviceError, ToolchainError
+
+
+class Board(Protocol):
+    """What finding a board's port reads of it: a generator.boards.Board (not imported here:
+    the board registry imports the links, whose serial link opens a port found here)."""
+
+    name: str
+    usb: Any  # generator.boards.UsbSpec, or None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import numpy as np
 from generator.accel.dispatch import OffloadReport, Selected, merge_identical_kernels, offload
 from generator.accel.tir import ACCELERATOR_ATTR
 from generator.errors import ExportError
+from generator.export import qkernels
 from generator.export.quantize import QuantReport, integer_rewrite
 from generator.export.schedule import shrink_intermediates
 from generator.mlf.dtypes import ShapedTensor
@@ -100,12 +101,14 @@ def lower(mod, module_name: str = "default", accelerators: list[Selected] | None
     operators the `accelerators` take (in order) become calls to their drivers; kernels
     `tuning` (a `tuning.TuningRecords`) has a record for are scheduled as it says."""
 
-    main_mod = mod.module()[0] if hasattr(mod, "module") else mod
+    with qkernels.with_blocks_forms(tuning is not None):  # the build `fuse_with_blocks` takes
+        main_mod = mod.module()[0] if hasattr(mod, "module") else mod
     if "main" not in [gv.name_hint for gv in main_mod.functions]:
         raise ExportError("the Relax module has no 'main' function")
     relax_text = main_mod["main"].script(show_meta=False)
 
-    fused, quant, offload_report = fuse(mod, accelerators)
+    fused, quant, offload_report, blocks = fuse_with_blocks(mod, accelerators,
+                                                            blocks=tuning is not None)
     program = _read_main(fused)
     accel_kernels = {}
     for gv, func in fused.functions.items():
@@ -115,13 +118,18 @@ def lower(mod, module_name: str = "default", accelerators: list[Selected] | None
     used = sorted({c.kernel for c in program.calls})
     prefix = SYMBOL_PREFIX.format(mod=module_name)
     kernels = {name: fused[name] for name in used}
-    tuned, tuned_kernels, tuning_notes = {}, [], []
-    if tuning is not None:
+
+    def compile_kernels(funcs: dict, keep: set) -> tuple[str, dict[str, str]]:
+        source, _ = compile_plain_kernels(funcs, prefix, keep_schedule=keep)
+        return source, kernel_definitions(source, prefix)
+
+    tuned_kernels, tuning_notes = [], []
+    if tuning is None:
+        c_source, _ = compile_kernels(kernels, set())
+    else:
         cpu = {name: f for name, f in kernels.items() if name not in accel_kernels}
-        tuned, tuned_kernels, tuning_notes = tuning.apply(
-            cpu, tunable_forms(mod, cpu, accelerators))
-        kernels.update(tuned)
-    c_source, _ = compile_plain_kernels(kernels, prefix, keep_schedule=set(tuned))
+        c_source, tuned_kernels, tuning_notes = tuning.apply(
+            kernels, cpu, tunable_forms(blocks, cpu), compile_kernels)
     prototypes = {name[len(prefix):]: params
                   for name, params in kernel_prototypes(c_source).items()}
     missing = [k for k in used if k not in prototypes]
@@ -137,41 +145,68 @@ def fuse(mod, accelerators: list[Selected] | None = None) \
     the module whose main calls the kernels (what `lower` compiles and `tune` searches).
     `mod` is a Relax IRModule (TVM's frontends: the integer rewrite finds the quantized
     patterns) or a model our importer read (`tflite.ImportedModel`: integer already)."""
+    fused, quant, offload_report, _ = fuse_with_blocks(mod, accelerators, blocks=False)
+    return fused, quant, offload_report
+
+
+def fuse_with_blocks(mod, accelerators: list[Selected] | None = None, blocks: bool = True) \
+        -> tuple[object, QuantReport, OffloadReport, object]:
+    """`fuse`, and (with `blocks`) the same module fused with its int8 conv2d kernels in
+    their "blocks" form (qkernels.CONV_FORMS; None when no kernel has another form), both
+    from one integer rewrite: the kernels carry both forms (`qkernels.with_blocks_forms`)."""
     import tvm
-    from tvm import relax
 
     from generator.export.frontend import quiet_native_stderr
 
-    offload_report = OffloadReport()
     try:
         with tvm.transform.PassContext(opt_level=3), quiet_native_stderr():
-            if hasattr(mod, "module"):
-                mod, quant = mod.module()
-            else:
-                mod, quant = integer_rewrite(mod, tag_ops=bool(accelerators))
-            if accelerators:
-                mod = relax.transform.FoldConstant()(mod)
-                mod, offload_report = offload(mod, quant.ops, accelerators)
-            else:
-                mod = merge_identical_kernels(mod)
-            fused = relax_pipeline()(mod)
+            with qkernels.with_blocks_forms(blocks):
+                if hasattr(mod, "module"):
+                    mod, quant = mod.module()
+                else:
+                    mod, quant = integer_rewrite(mod, tag_ops=bool(accelerators))
+            # The other form's module first: offloading and merging change `mod` in place.
+            other = _with_functions(mod, quant.blocks_forms) if quant.blocks_forms else None
+            fused, offload_report = _legalize_and_fuse(mod, quant, accelerators)
+            if other is not None:
+                other, _ = _legalize_and_fuse(other, quant, accelerators)
     except ExportError:
         raise
     except Exception as exc:
         raise ExportError(f"TVM could not legalize and fuse the model: {last_line(exc)}") \
             from exc
-    return fused, quant, offload_report
+    return fused, quant, offload_report, other
 
 
-def tunable_forms(mod, kernels: dict, accelerators: list[Selected] | None = None) -> dict:
+def _legalize_and_fuse(mod, quant: QuantReport, accelerators: list[Selected] | None) \
+        -> tuple[object, OffloadReport]:
+    from tvm import relax
+
+    offload_report = OffloadReport()
+    if accelerators:
+        mod = relax.transform.FoldConstant()(mod)
+        mod, offload_report = offload(mod, quant.ops, accelerators)
+    else:
+        mod = merge_identical_kernels(mod)
+    return relax_pipeline()(mod), offload_report
+
+
+def _with_functions(mod, functions: dict):
+    """A copy of `mod` with the functions named in `functions` (name → PrimFunc) replaced."""
+    out = mod.clone()
+    for name, func in functions.items():
+        out[out.get_global_var(name)] = func
+    return out
+
+
+def tunable_forms(blocks, kernels: dict) -> dict:
     """Kernels of `kernels` (name → PrimFunc, as `fuse(mod)` gives them) that `tune`
     searches in another form: int8 conv2d built as one reduction block (qkernels'
-    "blocks" form), name → that PrimFunc. Same parameters, same results; only its schedule
-    can differ."""
-    from generator.export import qkernels
-
-    with qkernels.conv_form("blocks"):
-        blocks, _, _ = fuse(mod, accelerators)
+    "blocks" form), name → that PrimFunc, from `blocks` (the module `fuse_with_blocks`
+    fused with that form, or None). Same parameters, same results; only its schedule can
+    differ."""
+    if blocks is None:
+        return {}
     names = {gv.name_hint for gv in blocks.functions}
     out = {}
     for name, func in kernels.items():
@@ -191,11 +226,20 @@ def _same(a, b) -> bool:
 
 
 _PROTOTYPE_RE = re.compile(r"TVM_DLL void (\w+)\(([^)]*)\);")
+# A definition: its signature line, the body, and the closing brace in the first column.
+_DEFINITION_RE = re.compile(r"^TVM_DLL void (\w+)\([^)]*\) \{\n.*?^\}$", re.M | re.S)
 
 
 def kernel_prototypes(c_source: str) -> dict[str, str]:
     """Symbol → parameter list text of each plain kernel TVM's C codegen declared."""
     return dict(_PROTOTYPE_RE.findall(c_source))
+
+
+def kernel_definitions(c_source: str, prefix: str) -> dict[str, str]:
+    """Kernel name → the text of its definition, for each `<prefix><name>` TVM's C codegen
+    defined in `c_source`."""
+    return {m.group(1)[len(prefix):]: m.group(0) for m in _DEFINITION_RE.finditer(c_source)
+            if m.group(1).startswith(prefix)}
 
 
 def last_line(exc: BaseException) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from tvm import te, tirx
@@ -32,6 +32,10 @@ from generator.export.fixedpoint import (
 # block, padding as a bounds check: what MetaSchedule can tile; `tune` searches this form).
 CONV_FORMS = ("auto", "blocks")
 _conv_form: contextvars.ContextVar[str] = contextvars.ContextVar("conv_form", default="auto")
+# Whether a conv2d built in the "auto" form also carries its "blocks" form (`Kernel.blocks`):
+# so one build of a model gives both, for export with tuning records and for `tune`.
+_with_blocks: contextvars.ContextVar[bool] = contextvars.ContextVar("with_blocks",
+                                                                   default=False)
 
 
 @contextlib.contextmanager
@@ -44,6 +48,22 @@ def conv_form(form: str) -> Iterator[None]:
         yield
     finally:
         _conv_form.reset(token)
+
+
+@contextlib.contextmanager
+def with_blocks_forms(enabled: bool = True) -> Iterator[None]:
+    """Inside the block, conv2d kernels whose "blocks" form differs carry it as well."""
+    token = _with_blocks.set(enabled)
+    try:
+        yield
+    finally:
+        _with_blocks.reset(token)
+
+
+def build_key() -> tuple[str, bool]:
+    """What a model's build depends on here: the conv2d form, and whether kernels carry
+    their "blocks" form too."""
+    return _conv_form.get(), _with_blocks.get()
 
 
 @dataclass(frozen=True)
@@ -72,6 +92,14 @@ class Kernel:
     func: tirx.PrimFunc
     constants: list[np.ndarray]  # passed after the activations, in this order
     roles: tuple[str, ...] | None = None  # what each constant is, when not the default
+    # The same kernel in the "blocks" form (same parameters and results), where it differs
+    # and was asked for (`with_blocks_forms`).
+    blocks: tirx.PrimFunc | None = None
+
+    def with_attr(self, key: str, value) -> Kernel:
+        """The kernel with a function attribute on each of its forms."""
+        blocks = self.blocks.with_attr(key, value) if self.blocks is not None else None
+        return replace(self, func=self.func.with_attr(key, value), blocks=blocks)
 
     def constant_roles(self) -> list[str]:
         """What each constant is: weights, bias, then requantization parameters (unless
@@ -126,8 +154,14 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
     (`weight_zero` is nonzero for uint8 models mapped to int8). `bias` already holds
     bias − input_zero · Σ(w − weight_zero), so padding reads the input zero point."""
     if (any(pads) or not depthwise) and _conv_form.get() == "auto":
-        return _conv2d_clipped(x_shape, weights, bias, out_shape, strides, pads, dilation,
-                               input_zero, requant, depthwise, weight_zero)
+        kernel = _conv2d_clipped(x_shape, weights, bias, out_shape, strides, pads, dilation,
+                                 input_zero, requant, depthwise, weight_zero)
+        if _with_blocks.get():
+            with conv_form("blocks"):
+                kernel.blocks = conv2d_nhwc(x_shape, weights, bias, out_shape, strides, pads,
+                                            dilation, input_zero, requant, depthwise,
+                                            weight_zero).func
+        return kernel
     n_, h_, w_, cin = x_shape
     _, oh_, ow_, cout = out_shape
     x = te.placeholder(x_shape, "int8", "x")

@@ -43,6 +43,13 @@ class QuantReport:
     fallback: list[tuple[str, str]] = field(default_factory=list)  # (operator, reason)
     constant_bytes: Counter = field(default_factory=Counter)  # weights / bias / requant
     ops: dict[str, QuantizedOp] = field(default_factory=dict)  # kernel name → operator
+    # kernel name → that kernel in its "blocks" form (qkernels.with_blocks_forms)
+    blocks_forms: dict = field(default_factory=dict)
+
+    def kernel_added(self, name: str, kernel: qkernels.Kernel) -> None:
+        """Note the other form of a kernel the module now has under `name`."""
+        if kernel.blocks is not None:
+            self.blocks_forms[name] = kernel.blocks
 
     def summary(self) -> str:
         def counted(names: list[str]) -> str:
@@ -580,10 +587,11 @@ def integer_rewrite(mod, tag_ops: bool = False) -> tuple[object, QuantReport]:
             return new
 
         def integer_call(self, rewrite: _Rewrite):
-            func = rewrite.kernel.func
+            kernel = rewrite.kernel
             if tag_ops and rewrite.op is not None:
-                func = func.with_attr(QOP_ATTR, len(report.ops))
-            gv = self.builder_.add_func(func, rewrite.name)
+                kernel = kernel.with_attr(QOP_ATTR, len(report.ops))
+            gv = self.builder_.add_func(kernel.func, rewrite.name)
+            report.kernel_added(gv.name_hint, kernel)
             if tag_ops and rewrite.op is not None:
                 report.ops[gv.name_hint] = rewrite.op
             args = [self.visit_expr(v) for v in rewrite.inputs]

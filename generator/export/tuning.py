@@ -10,33 +10,27 @@ timed there. Anything else (a trace TVM refuses, a different result, a kernel wh
 a runtime workspace, which full-model archives do not have) leaves that record out, with a
 note; the next-fastest record of the workload is tried, then the untuned schedule.
 
-The records file is input: it only ever reaches generated code through TVM's scheduling
-primitives and C codegen, and only as a candidate it hashes to.
+Each kernel is compiled once: the chosen candidates are compiled with the rest of the model,
+and only a candidate that then fails (or needs a workspace) makes the next one be tried.
+The records file (its format: generator/tune/records.py) is input: it only ever reaches
+generated code through TVM's scheduling primitives and C codegen, and only as a candidate it
+hashes to.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from generator.errors import ExportError
+from generator.tune.records import MAX_RECORDS_BYTES, Record, read_records, replay
 
-RECORDS_NAME = "records.jsonl"  # generator.tune.records writes this name
-MAX_RECORDS_BYTES = 64 * 2**20
-HASH_HEX = 16  # workload and candidate names: 16 hex digits
+__all__ = ["MAX_RECORDS_BYTES", "TunedKernel", "TuningRecords"]
 WORKSPACE_CALL = "TVMBackendAllocWorkspace("
-
-
-@dataclass(frozen=True)
-class TunedRecord:
-    task: str
-    workload: str
-    candidate: str
-    secs: float  # fastest repeat measured on the device
-    trace: list
-    reference_secs: float | None  # the untuned kernel in the same firmware, if known
+# How `apply` compiles kernels: (name → PrimFunc, the names compiled as scheduled) →
+# (the C source, name → the C definition of that kernel).
+Compile = Callable[[dict, set], tuple[str, dict[str, str]]]
 
 
 @dataclass
@@ -56,86 +50,113 @@ class TunedKernel:
 class TuningRecords:
     source: Path
     sha256: str
-    by_workload: dict[str, list[TunedRecord]] = field(default_factory=dict)  # fastest first
+    by_workload: dict[str, list[Record]] = field(default_factory=dict)  # fastest first
     skipped_lines: int = 0
 
     @classmethod
     def load(cls, path: Path) -> TuningRecords:
         """Records from `path`: a `tune` output directory or its records.jsonl."""
-        path = Path(path)
-        file = path / RECORDS_NAME if path.is_dir() else path
-        if not file.is_file():
-            raise ExportError(f"--tuning-records {path}: no {RECORDS_NAME} there "
-                              "(the output directory of 'microtvm-gen tune')")
-        if file.stat().st_size > MAX_RECORDS_BYTES:
-            raise ExportError(f"--tuning-records {file}: larger than "
-                              f"{MAX_RECORDS_BYTES // 2**20} MiB")
-        data = file.read_bytes()
-        records = cls(file, hashlib.sha256(data).hexdigest())
-        for line in data.decode("utf-8", errors="replace").splitlines():
-            record = _parse(line)
-            if record is None:
-                records.skipped_lines += bool(line.strip())
-                continue
+        file = read_records(path, "--tuning-records")
+        records = cls(file.path, file.sha256, skipped_lines=file.skipped_lines)
+        for record in file.records:
             records.by_workload.setdefault(record.workload, []).append(record)
-        if not records.by_workload:
-            raise ExportError(f"--tuning-records {file}: no valid record")
         for listed in records.by_workload.values():
             listed.sort(key=lambda r: r.secs)
         return records
 
-    def apply(self, funcs: dict, alternatives: dict | None = None) \
-            -> tuple[dict, list[TunedKernel], list[str]]:
-        """The kernels of `funcs` (name → PrimFunc) that have a record, scheduled by it;
-        what was applied; notes on records left out. A kernel with an entry in
-        `alternatives` (the form `tune` searched it in) takes records of either form."""
-        scheduled, applied, notes = {}, [], []
-        alternatives = alternatives or {}
-        for name, func in funcs.items():
-            forms = [func.with_attr("global_symbol", "main")]
-            if name in alternatives:
-                forms.append(alternatives[name].with_attr("global_symbol", "main"))
-            found = sorted(((record, form, workload)
-                            for form in forms
-                            for workload in [_hash(_module(form))]
-                            for record in self.by_workload.get(workload, [])),
-                           key=lambda item: item[0].secs)
-            for record, form, workload in found:
-                if record.reference_secs is not None and record.secs >= record.reference_secs:
-                    notes.append(f"{name}: the fastest candidate tuned was not faster than "
-                                 "the untuned kernel; left untuned")
-                    break  # the fastest record was not faster: none is
-                problem, result = _replay(form, record)
-                if problem is None:
-                    scheduled[name] = result
-                    applied.append(TunedKernel(name, record.task, workload, record.candidate,
-                                               record.secs))
-                    break
-                notes.append(f"tuning record {record.candidate} of {name} left out: {problem}")
-        return scheduled, applied, notes
+    def apply(self, kernels: dict, tunable: Iterable[str], alternatives: dict,
+              compile_kernels: Compile) -> tuple[str, list[TunedKernel], list[str]]:
+        """The C source of `kernels` (name → PrimFunc), those named in `tunable` that have
+        a record scheduled by it; what was applied; notes on records left out. A kernel with
+        an entry in `alternatives` (the form `tune` searched it in) takes records of either
+        form. The kernels are compiled once, unless a chosen candidate fails there."""
+        tunable = [name for name in kernels if name in set(tunable)]
+        notes: dict[str, list[str]] = {name: [] for name in tunable}
+        pending = {name: self._candidates(name, kernels[name], alternatives.get(name),
+                                          notes[name]) for name in tunable}
+        chosen: dict[str, tuple[object, TunedKernel]] = {}
+
+        def advance(name: str) -> None:
+            chosen.pop(name, None)
+            found = next(pending[name], None)
+            if found is not None:
+                chosen[name] = found
+
+        for name in tunable:
+            advance(name)
+        while True:
+            source, problems = _compile_chosen(kernels, chosen, compile_kernels)
+            if not problems:
+                break
+            for name, problem in problems.items():
+                notes[name].append(_left_out(chosen[name][1].candidate, name, problem))
+                advance(name)
+        applied = [chosen[name][1] for name in tunable if name in chosen]
+        return source, applied, [note for name in tunable for note in notes[name]]
+
+    def _candidates(self, name: str, func, alternative, notes: list[str]) \
+            -> Iterator[tuple[object, TunedKernel]]:
+        """The kernel scheduled by each of its records that replays to the candidate
+        measured, fastest first; notes on the others. None once a record is not faster
+        than the untuned kernel."""
+        forms = [func.with_attr("global_symbol", "main")]
+        if alternative is not None:
+            forms.append(alternative.with_attr("global_symbol", "main"))
+        found = sorted(((record, form, workload)
+                        for form in forms
+                        for workload in [_hash(_module(form))]
+                        for record in self.by_workload.get(workload, [])),
+                       key=lambda item: item[0].secs)
+        for record, form, workload in found:
+            if record.reference_secs is not None and record.secs >= record.reference_secs:
+                notes.append(f"{name}: the fastest candidate tuned was not faster than "
+                             "the untuned kernel; left untuned")
+                return  # the fastest record was not faster: none is
+            problem, scheduled = _replay(form, record)
+            if problem is None:
+                yield scheduled, TunedKernel(name, record.task, workload, record.candidate,
+                                             record.secs)
+            else:
+                notes.append(_left_out(record.candidate, name, problem))
 
     def to_metadata(self, applied: list[TunedKernel]) -> dict:
         """What the archive records: which records file (by content) and which candidates."""
         return {"records_sha256": self.sha256, "kernels": [k.to_json() for k in applied]}
 
 
-def _parse(line: str) -> TunedRecord | None:
+def _left_out(candidate: str, kernel: str, problem: str) -> str:
+    return f"tuning record {candidate} of {kernel} left out: {problem}"
+
+
+def _compile_chosen(kernels: dict, chosen: dict, compile_kernels: Compile) \
+        -> tuple[str, dict[str, str]]:
+    """The C source of `kernels` with the chosen candidates, and what is wrong with chosen
+    ones (name → why): a kernel that needs a runtime workspace, which full-model archives do
+    not have, or (when the whole does not compile) one that does not compile alone."""
+    scheduled = {name: func for name, (func, _) in chosen.items()}
     try:
-        d = json.loads(line)
-        ref = d.get("reference_secs")
-        record = TunedRecord(str(d["task"]), str(d["workload"]), str(d["candidate"]),
-                             min(float(s) for s in d["run_secs"]), d["trace"],
-                             None if ref is None else float(ref))
-    except (ValueError, KeyError, TypeError):
-        return None
-    if not (_is_hash(record.workload) and _is_hash(record.candidate)
-            and isinstance(record.trace, list) and record.secs > 0):
-        return None
-    return record
-
-
-def _is_hash(text: str) -> bool:
-    return len(text) == HASH_HEX and all(c in "0123456789abcdef" for c in text)
+        source, definitions = compile_kernels({**kernels, **scheduled}, set(scheduled))
+    except ExportError:
+        if not chosen:
+            raise
+        source, definitions = "", {}
+        problems = {}
+        for name, func in scheduled.items():  # which candidate it is, as each compiles alone
+            try:
+                _, alone = compile_kernels({name: func}, {name})
+            except ExportError as exc:
+                problems[name] = exc.one_line()
+                continue
+            definitions[name] = alone[name]
+        if not problems:
+            raise
+    else:
+        problems = {}
+    for name in scheduled:
+        if name not in problems and WORKSPACE_CALL in definitions[name]:
+            problems[name] = ("its kernel needs a runtime workspace, which full-model "
+                              "archives do not have")
+    return source, problems
 
 
 def _module(func):
@@ -150,26 +171,14 @@ def _hash(mod) -> str:
     return f"{structural_hash(mod) & (2**64 - 1):016x}"
 
 
-def _replay(func, record: TunedRecord):
+def _replay(func, record: Record):
     """(None, scheduled PrimFunc) or (why not, None)."""
-    from tvm import s_tir
-    from tvm.s_tir.schedule import Trace
-
-    from generator.export.lower import compile_plain_kernels, last_line
+    from generator.export.lower import last_line
 
     try:
-        sch = s_tir.Schedule(_module(func))
-        Trace.apply_json_to_schedule(record.trace, sch)
+        sch = replay(func, record)
     except Exception as exc:  # a trace TVM refuses
         return f"TVM cannot replay its trace: {last_line(exc)}", None
     if _hash(sch.mod) != record.candidate:
         return "its trace gives a different kernel than the one measured", None
-    scheduled = sch.mod["main"]
-    try:
-        source, _ = compile_plain_kernels({"kernel": scheduled}, "tvmgen_tuned_", shrink=False)
-    except ExportError as exc:
-        return exc.one_line(), None
-    if WORKSPACE_CALL in source:
-        return "its kernel needs a runtime workspace, which full-model archives do not " \
-               "have", None
-    return None, scheduled
+    return None, sch.mod["main"]

@@ -183,7 +183,7 @@ def effective_board(zb: ZephyrBoard) -> Board:
             cflags, ldflags = _soft_float(cflags), _soft_float(ldflags)
     return dataclasses.replace(base, name=zb.name, description=zb.description,
                                features=features, cflags=cflags, ldflags=ldflags,
-                               platform=PLATFORM, runner=zb.runner, flash_bytes=zb.flash_bytes,
+                               platform=PLATFORM, link=zb.runner, flash_bytes=zb.flash_bytes,
                                ram_origin=zb.ram_origin, ram_bytes=zb.ram_bytes,
                                stack_bytes=zb.main_stack_bytes, qemu=qemu, linker_script=None,
                                flash=flash, usb=usb, flash_origin=None, clock_hz=None)

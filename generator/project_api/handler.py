@@ -270,17 +270,11 @@ def parse_definitions(text: str | None) -> dict[str, str]:
 
 
 def _open_link(project_dir: Path, serial_number: str | None) -> Any:
-    from generator.device.runner import open_device
+    from generator.device.links import link_of
     from generator.project.record import load_record
 
     board = load_record(project_dir).board
-    if board.runner in ("process", "qemu"):
-        return open_device(board, project_dir / "build" / "firmware.elf")
-    from generator.device.serial_ports import find_board_port
-    from generator.link.serial_link import SerialLink
-
-    port = find_board_port(board, serial_number)
-    return SerialLink(port.device)
+    return link_of(board).open(board, project_dir / "build" / "firmware.elf", serial_number)
 
 
 def _closed(device: Any, exc: Exception) -> TransportClosedError:

@@ -93,7 +93,9 @@ def host_driven_project(project_dir: Path) -> dict:
 def started_by_serve(project: dict) -> bool:
     """Whether serve starts the project's device itself (QEMU or a host process), as
     opposed to a board that is flashed."""
-    return board_of_project(project).runner in ("process", "qemu")
+    from generator.device.links import link_of
+
+    return link_of(board_of_project(project)).runs_locally
 
 
 def check_accept_firmware(options: ServeOptions, project: dict) -> None:

@@ -5,15 +5,24 @@ crashes the process (segmentation fault in tvm-ffi's ToJSONGraph, apache-tvm 0.2
 with apache-tvm-ffi 0.1.15.post2), and the JSON database saves each workload that way. A
 trace's own JSON form (`Trace.as_json`) is plain instructions and decisions; it is kept here
 with the task's structural hash, one JSON line per timed candidate (`records.jsonl`).
+
+This module owns the file: `tune` appends to it (`append_record`), `export --tuning-records`
+reads it (`read_records`), and both go through `Record`'s JSON form and its checks. A line
+that is not a valid record is skipped and counted, never half-read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from generator.export.tuning import RECORDS_NAME
+from generator.errors import ExportError
+
+RECORDS_NAME = "records.jsonl"
+MAX_RECORDS_BYTES = 64 * 2**20
+HASH_HEX = 16  # workload and candidate names: 16 hex digits
 
 
 def plain(value):
@@ -33,15 +42,45 @@ def plain(value):
 class Record:
     task: str
     workload: str  # structural hash of the untuned task
-    candidate: str
+    candidate: str  # structural hash of the scheduled module
     run_secs: list[float]
     trace: list  # Trace.as_json(remove_postproc=True), plain
     reference_secs: float | None = None  # the untuned kernel, timed in the same batch
+
+    @property
+    def secs(self) -> float:
+        """The fastest repeat measured on the device."""
+        return min(self.run_secs)
 
     def to_json(self) -> dict:
         return {"task": self.task, "workload": self.workload, "candidate": self.candidate,
                 "run_secs": self.run_secs, "trace": self.trace,
                 "reference_secs": self.reference_secs}
+
+    @classmethod
+    def from_line(cls, line: str) -> Record | None:
+        """The record a line of records.jsonl holds, or None when it holds no valid one."""
+        try:
+            d = json.loads(line)
+            ref = d.get("reference_secs")
+            record = cls(str(d["task"]), str(d["workload"]), str(d["candidate"]),
+                         [float(s) for s in d["run_secs"]], d["trace"],
+                         None if ref is None else float(ref))
+            valid = (_is_hash(record.workload) and _is_hash(record.candidate)
+                     and isinstance(record.trace, list) and record.secs > 0)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+        return record if valid else None
+
+
+@dataclass
+class RecordsFile:
+    """The valid records of one records.jsonl, and what identifies and was left of it."""
+
+    path: Path
+    sha256: str  # of the file's bytes
+    records: list[Record] = field(default_factory=list)
+    skipped_lines: int = 0  # lines that are not blank and hold no valid record
 
 
 def append_record(directory: Path, record: Record) -> None:
@@ -50,35 +89,46 @@ def append_record(directory: Path, record: Record) -> None:
         f.flush()
 
 
-def read_records(directory: Path) -> list[Record]:
-    path = Path(directory) / RECORDS_NAME
-    out = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                d = json.loads(line)
-                out.append(Record(d["task"], d["workload"], d["candidate"],
-                                  list(d["run_secs"]), d["trace"], d.get("reference_secs")))
-            except (ValueError, KeyError, TypeError):
-                continue
+def read_records(path: Path, what: str = "tuning records") -> RecordsFile:
+    """The records of `path`: a `tune` output directory or its records.jsonl. `what` names
+    the input in errors (an ExportError: a file that is absent, too large or holds no valid
+    record)."""
+    path = Path(path)
+    file = path / RECORDS_NAME if path.is_dir() else path
+    if not file.is_file():
+        raise ExportError(f"{what} {path}: no {RECORDS_NAME} there (the output directory of "
+                          "'microtvm-gen tune')")
+    if file.stat().st_size > MAX_RECORDS_BYTES:
+        raise ExportError(f"{what} {file}: larger than {MAX_RECORDS_BYTES // 2**20} MiB")
+    data = file.read_bytes()
+    out = RecordsFile(file, hashlib.sha256(data).hexdigest())
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        record = Record.from_line(line)
+        if record is None:
+            out.skipped_lines += bool(line.strip())
+        else:
+            out.records.append(record)
+    if not out.records:
+        raise ExportError(f"{what} {file}: no valid record")
     return out
 
 
-def best_records(directory: Path) -> dict[str, Record]:
-    """The fastest record of each workload."""
-    best: dict[str, Record] = {}
-    for r in read_records(directory):
-        if r.workload not in best or min(r.run_secs) < min(best[r.workload].run_secs):
-            best[r.workload] = r
-    return best
+def _is_hash(text: str) -> bool:
+    return len(text) == HASH_HEX and all(c in "0123456789abcdef" for c in text)
 
 
-def apply_record(func, record: Record):
-    """The PrimFunc `func` scheduled by the record's trace."""
+def replay(func, record: Record):
+    """The schedule of the PrimFunc `func` after the record's trace (TVM's own error when
+    it refuses the trace)."""
     import tvm
     from tvm import s_tir
     from tvm.s_tir.schedule import Trace
 
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     Trace.apply_json_to_schedule(record.trace, sch)
-    return sch.mod["main"]
+    return sch
+
+
+def apply_record(func, record: Record):
+    """The PrimFunc `func` scheduled by the record's trace."""
+    return replay(func, record).mod["main"]

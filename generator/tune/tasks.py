@@ -56,9 +56,9 @@ def module_tasks(mod) -> list[Task]:
     and timed against the kernel export compiles."""
     from tvm import relax
 
-    from generator.export.lower import fuse, kernel_constants, tunable_forms
+    from generator.export.lower import fuse_with_blocks, kernel_constants, tunable_forms
 
-    fused, _, _ = fuse(mod)
+    fused, _, _, blocks = fuse_with_blocks(mod)
     calls: list[str] = []
 
     def visit(expr) -> None:
@@ -67,7 +67,7 @@ def module_tasks(mod) -> list[Task]:
 
     relax.analysis.post_order_visit(fused["main"].body, visit)
     funcs = {name: fused[name] for name in calls}
-    tasks = tasks_from_calls(funcs, calls, tunable_forms(mod, funcs))
+    tasks = tasks_from_calls(funcs, calls, tunable_forms(blocks, funcs))
     constants = kernel_constants(fused)
     for task in tasks:
         task.constants = constants.get(task.kernels[0], {})

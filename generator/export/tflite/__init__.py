@@ -56,7 +56,8 @@ class OpStatus:
 @dataclass
 class ImportedModel:
     """A TFLite model our importer takes. The Relax module is built on demand, once per
-    conv2d form (`qkernels.conv_form`: tune builds the kernels in another form)."""
+    conv2d form (`qkernels.conv_form`) and whether kernels carry their "blocks" form too
+    (`qkernels.with_blocks_forms`: what tune searches)."""
 
     model: TfModel
     where: str
@@ -81,13 +82,13 @@ class ImportedModel:
                 for n, i in enumerate(self.model.outputs)]
 
     def module(self) -> tuple[object, QuantReport]:
-        form = qkernels._conv_form.get()
-        if form not in self._built:
+        key = qkernels.build_key()
+        if key not in self._built:
             mod, report, failures = _build(self.model, True, self.param_names)
             if failures:
                 raise ExportError(_refusal(self.where, failures[0]))
-            self._built[form] = (mod, report)
-        return self._built[form]
+            self._built[key] = (mod, report)
+        return self._built[key]
 
 
 def supported_operators() -> list[str]:

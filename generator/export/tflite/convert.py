@@ -199,10 +199,10 @@ class Context:
         """A call of an integer kernel: activations `args`, then its constants."""
         from tvm import relax
 
-        func = kernel.func
         if op is not None:
-            func = func.with_attr(QOP_ATTR, len(self.report.ops))
-        gv = self.bb.add_func(func, f"q_{kind}")
+            kernel = kernel.with_attr(QOP_ATTR, len(self.report.ops))
+        gv = self.bb.add_func(kernel.func, f"q_{kind}")
+        self.report.kernel_added(gv.name_hint, kernel)
         if op is not None:
             self.report.ops[gv.name_hint] = op
         consts = [const(c) for c in kernel.constants]
