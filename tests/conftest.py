@@ -103,6 +103,14 @@ def port_folder(platform: str, out: Path) -> Path:
     return folder
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """MTVG_TEST_CPU_LOG=FILE: each test's CPU seconds into FILE (tests/cpu_accounting.py)."""
+    if os.environ.get("MTVG_TEST_CPU_LOG"):
+        from tests import cpu_accounting
+
+        config.pluginmanager.register(cpu_accounting, "mtvg-cpu-accounting")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_environment(monkeypatch):
     """Tests never see a user's Zephyr tree or a relocated data folder."""
@@ -387,54 +395,66 @@ def tier_markers(item: pytest.Item) -> set[str]:
     return found
 
 
-# What the longest tests take: seconds of setup + call + teardown, by test function (the most
-# of its parameters; a module-scoped fixture's making counts in the first test using it),
-# from `scripts/test.sh --durations=0` with 2 workers on a 2-core machine that other jobs
-# kept busy (load 3-7): on an idle one they are several times shorter, and only their
-# order and proportions matter. Tests from SLOW_SECONDS on are `slow` (out of --quick), and
-# so are the tests using a fixture of SLOW_FIXTURES (there the time is the fixture's). The
-# suite starts the longest modules first (their tests' sum), so its last minutes are not one
-# worker running a long module while the other idles. Tests not listed count by their
-# markers (expected_seconds).
+# What the longest tests take: CPU seconds (the test's process and the processes it waited
+# for) by test function (the most of its parameters; a module-scoped fixture's making counts
+# in the first test using it), from MTVG_TEST_CPU_LOG (tests/cpu_accounting.py) over the
+# whole suite on a 2-core machine; CPU seconds do not grow when the machine is busy, as wall
+# seconds do. Tests from SLOW_SECONDS on are `slow` (out of --quick), and so are the tests
+# using a fixture of SLOW_FIXTURES (there the time is the fixture's). The suite starts the
+# longest modules first (their tests' sum), so its last minutes are not one worker running a
+# long module while the other idles. Tests not listed count by their markers
+# (expected_seconds).
 MEASURED: dict[str, float] = {
-    "test_fuzz_archives.py::test_mutated_archives_end_ok_or_in_one_line": 638,
-    "test_tune.py::test_ctrl_c_then_rerun_continues_without_measuring_again": 561,
-    "test_tune.py::test_tune_on_qemu_mps2_an385_stopped_and_rerun_ends_with_the_same_best": 334,
-    "test_tuning_records.py::test_cli_tunes_the_int8_hello_world": 282,
-    "test_tuning_records.py::test_tuned_archives_compute_what_untuned_ones_do": 279,
-    "test_tune_tracker.py::test_two_devices_under_one_key_share_the_batches_and_one_dies": 227,
-    "test_tune.py::test_trace_json_is_plain_and_replays_to_the_same_kernel": 141,
-    "test_real_archives.py::test_snu_graph_with_params": 134,
-    "test_wheel.py::test_installed_wheel_exports_generates_builds_and_runs": 100,
-    "test_accelerators.py::test_cmsis_nn_kws_and_hello_world_equal_tflite_micro": 69,
-    "test_model_names.py::test_generate_and_run_by_either_name": 53,
-    "test_fuzz.py::test_seed_corpus_replays_cleanly": 53,
-    "test_tune.py::test_a_candidate_that_hangs_is_failed_after_the_reply_timeout": 45,
-    "test_fuzz_archives.py::test_every_structure_mutation_changes_some_seed": 42,
-    "test_accelerators.py::test_vanilla_then_cmsis_nn_in_one_export": 40,
-    "test_accelerators.py::test_export_for_a_dsp_board_defaults_to_cmsis_nn": 40,
-    "test_resnet_int8.py::test_resnet_int8_is_integer_and_bit_exact_on_the_host": 37,
-    "test_export.py::test_kws_bit_identical_to_tflite_micro": 36,
-    "test_cmsis_nn_glue.py::test_conv2d_bit_exact": 35,
-    "test_cmsis_nn_glue.py::test_depthwise_conv2d_bit_exact": 34,
-    "test_real_archives.py::test_esp32_cifar10_usmp_frog": 33,
-    "test_graph.py::test_magic_wand_matches_tflite_micro": 33,
-    "test_project_api.py::test_kws_through_the_protocol": 30,
-    "test_travel.py::test_cmsis_nn_tree_named_again_after_a_move": 30,
-    "test_cmsis_nn_glue.py::test_cmsis_nn_kernels_bit_exact_in_qemu": 26,
-    "test_project_api.py::test_sine_through_the_protocol": 25,
-    "test_export.py::test_mnist_digits_match_tvm_llvm": 21,
-    "test_host_driven.py::test_one_call_on_every_qemu_board": 20,
-    "test_accelerators.py::test_mnist_conv_layers_on_vanilla": 19,
-    "test_export.py::test_hello_world_matches_tflite_micro": 18,
-    "test_real_archives.py::test_microkws_v6_yes_no": 17,
-    "test_quantize_uint8.py::test_person_uint8_equals_tflite_on_the_board": 17,
-    "test_fuzz.py::test_fuzz_briefly": 17,
-    "test_host_driven.py::test_stock_client_calls_three_operators": 16,
-    "test_host_driven.py::test_two_sessions_through_a_stock_tracker": 16,
-    "test_rpc_link.py::test_link_faults_are_detected_and_recovered": 15,
+    "test_fuzz_archives.py::test_mutated_archives_end_ok_or_in_one_line": 175,
+    "test_tuning_records.py::test_tuned_archives_compute_what_untuned_ones_do": 72,
+    "test_tune.py::test_ctrl_c_then_rerun_continues_without_measuring_again": 60,
+    "test_real_archives.py::test_snu_graph_with_params": 47,
+    "test_tune_tracker.py::test_two_devices_under_one_key_share_the_batches_and_one_dies": 45,
+    "test_wheel.py::test_installed_wheel_exports_generates_builds_and_runs": 43,
+    "test_tuning_records.py::test_cli_tunes_the_int8_hello_world": 40,
+    "test_tune.py::test_tune_on_qemu_mps2_an385_stopped_and_rerun_ends_with_the_same_best": 34,
+    "test_accelerators.py::test_cmsis_nn_kws_and_hello_world_equal_tflite_micro": 29,
+    "test_cmsis_nn_glue.py::test_cmsis_nn_kernels_bit_exact_in_qemu": 24,
+    "test_corpus.py::test_what_export_writes_generate_reads": 20,
+    "test_tune.py::test_a_candidate_that_hangs_is_failed_after_the_reply_timeout": 20,
+    "test_cmsis_nn_glue.py::test_conv2d_bit_exact": 17,
+    "test_tflite_ops_svdf_int8_state.py::test_keyword_scrambled_model": 17,
+    "test_fuzz.py::test_fuzz_briefly": 16,
+    "test_cmsis_nn.py::test_cmsis_nn_partition_builds_and_runs": 15,
+    "test_travel.py::test_cmsis_nn_tree_named_again_after_a_move": 15,
+    "test_tflite_ops_int16_more.py::test_corpus_model_equals_tflm": 14,
+    "test_accelerators.py::test_vanilla_then_cmsis_nn_in_one_export": 14,
+    "test_resnet_int8.py::test_resnet_int8_is_integer_and_bit_exact_on_the_host": 13,
+    "test_tuning_records.py::test_records_are_applied_and_the_archive_says_which": 11,
+    "test_tune.py::test_tune_measures_checks_and_resumes": 10,
+    "test_accelerators.py::test_export_for_a_dsp_board_defaults_to_cmsis_nn": 10,
+    "test_host_driven.py::test_stock_client_calls_three_operators": 9,
+    "test_export.py::test_kws_bit_identical_to_tflite_micro": 9,
+    "test_cmsis_nn_glue.py::test_driver_cross_compiles_and_links": 9,
+    "test_build_errors.py::test_run_keeps_the_sanitizer_of_the_last_build": 9,
+    "test_tune.py::test_a_candidate_that_crashes_the_device_fails_and_the_next_runs_on_a_fresh_one":
+        9,
+    "test_serve_firmware.py::test_qemu_board_takes_a_new_firmware": 8,
+    "test_accelerators.py::test_kws_on_vanilla_bit_exact_with_tflite_micro": 8,
+    "test_fuzz.py::test_seed_corpus_replays_cleanly": 8,
+    "test_host_driven.py::test_one_call_on_every_qemu_board": 8,
+    "test_serve_firmware.py::test_upload_and_load_module_replace_the_firmware": 7,
+    "test_accelerators.py::test_mnist_conv_layers_on_vanilla": 7,
+    "test_serve_firmware.py::test_two_devices_through_a_stock_tracker": 7,
+    "test_template_backends.py::test_a_third_template_generates_builds_and_runs_on_the_host": 6,
+    "test_host_driven.py::test_two_sessions_through_a_stock_tracker": 6,
+    "test_travel.py::test_moved_project_builds_without_python_and_runs": 6,
+    "test_serve_trust.py::test_upload_after_a_download_is_not_slower": 6,
+    "test_importer_boards.py::test_importer_model_equals_tflite_on_the_board": 6,
+    "test_end_to_end.py::test_kws_usmp_25_vectors": 6,
+    "test_model_names.py::test_generate_and_run_by_either_name": 5,
+    "test_export.py::test_mnist_digits_match_tvm_llvm": 5,
+    "test_export.py::test_hello_world_matches_tflite_micro": 5,
+    "test_real_archives.py::test_esp32_cifar10_usmp_frog": 5,
+    "test_physical_boards.py::test_host_driven_project_builds": 5,
+    "test_serve_trust.py::test_stale_handle_after_a_restart_gets_an_error": 5,
 }
-SLOW_SECONDS = 40.0
+SLOW_SECONDS = 20.0
 SLOW_FIXTURES = {"test_tuning_records.py::tuned_int8", "test_tuning_records.py::tuned_float",
                  "test_tuning_records.py::tuned_conv"}
 
