@@ -23,6 +23,8 @@ BUILD_INFO = "build.json"
 SETTINGS = "settings.json"
 FIRMWARE = "firmware.elf"
 MAP_FILE = "firmware.map"  # -Wl,-Map in templates/crt/CMakeLists.txt.j2
+# "0" (or off, no, false) builds without ccache even where it is installed.
+COMPILER_CACHE_ENV = "MICROTVM_GEN_CCACHE"
 
 
 def _from_wheel(package: str, bin_dir: str, tool: str) -> str | None:
@@ -96,19 +98,41 @@ def _shorten(line: str, project_dir: Path | None) -> str:
     """Paths relative to the project, the linker named without its directory."""
     if project_dir is not None:
         line = line.replace(f"{project_dir}/", "")
+        # From the build directory (ccache's relative paths): ../runtime/... → runtime/...
+        line = re.sub(rf"(^|[\s'\"(]){re.escape('../')}(?=[\w.-]+/)", r"\1", line)
     line = re.sub(r"(^|\s)/\S*/([\w.-]*\bld(\.\w+)?):", r"\1\2:", line)
     return line[:ERROR_LINE_MAX]
 
 
-def run_logged(cmd: list[str], cwd: Path, what: str, log: Path) -> None:
-    """Run one build step, its output appended to `log`; a failure raises with the line of
-    the log that says what went wrong."""
+def compiler_cache() -> str | None:
+    """ccache, when it is on PATH and MICROTVM_GEN_CCACHE does not turn it off: a file
+    compiled before with the same flags (the runtime of another project for the same board,
+    a CMSIS-NN tree, a rebuild after `generate` wrote the project again) comes from its
+    cache."""
+    if os.environ.get(COMPILER_CACHE_ENV, "").strip().lower() in ("0", "off", "no", "false"):
+        return None
+    return shutil.which("ccache")
+
+
+def compiler_cache_env(project_dir: Path) -> dict[str, str]:
+    """ccache's settings for a project's build: paths under the project are hashed relative
+    to it and the build directory is not hashed, so the same file of two projects is one
+    cache entry (the compiler then sees and reports project paths from the build directory:
+    `../runtime/src/...`, which first_error shortens as it does absolute ones)."""
+    return {"CCACHE_BASEDIR": str(project_dir), "CCACHE_NOHASHDIR": "1"}
+
+
+def run_logged(cmd: list[str], cwd: Path, what: str, log: Path,
+               env: dict[str, str] | None = None) -> None:
+    """Run one build step (with `env` added to the environment), its output appended to
+    `log`; a failure raises with the line of the log that says what went wrong."""
     with open(log, "ab") as out:
         out.write(("$ " + " ".join(cmd) + "\n").encode())
         out.flush()
         # LC_ALL=C: plain ASCII quotes and English diagnostics for the one-line error.
         proc = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                              env={**os.environ, "CLICOLOR": "0", "LC_ALL": "C"})
+                              env={**os.environ, **(env or {}), "CLICOLOR": "0",
+                                   "LC_ALL": "C"})
     if proc.returncode != 0:
         lines = log.read_text(errors="replace").splitlines()
         raise ToolchainError(f"{what} failed (exit {proc.returncode}): "
@@ -135,6 +159,16 @@ def ram_use_from_map(map_path: Path, board: Board) -> str | None:
     return (f"the firmware needs {sum(sections.values()) + stack:,} B of RAM ({parts}"
             + (f" + {stack:,} B stack" if stack else "")
             + f"); {board.name} has {board.ram_bytes:,} B")
+
+
+def recorded_setting(project_dir: Path, name: str, default: object = None) -> object:
+    """A setting our last configure recorded in the build directory; `default` where none
+    is recorded (a build directory configured by hand, or by an older version)."""
+    try:
+        settings = json.loads((project_dir / BUILD_DIR / SETTINGS).read_text())
+    except (OSError, ValueError):
+        return default
+    return settings.get(name, default) if isinstance(settings, dict) else default
 
 
 def recorded_sanitize(project_dir: Path) -> bool | None:

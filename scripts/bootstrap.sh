@@ -2,7 +2,7 @@
 # Installs what microtvm-gen needs on a Debian/Ubuntu machine, idempotently:
 #  - as root: Debian's gcc, gcc-arm-none-eabi, libnewlib-arm-none-eabi, qemu-system-arm,
 #    gcc-riscv64-unknown-elf, picolibc-riscv64-unknown-elf, qemu-system-misc (the RISC-V
-#    board), clang with libFuzzer (only the missing ones);
+#    board), clang with libFuzzer, ccache (only the missing ones);
 #  - a virtualenv in .venv with the package (editable) and its test tools.
 # Prints the path of the virtualenv's bin directory on its last line.
 set -euo pipefail
@@ -20,6 +20,8 @@ command -v riscv64-unknown-elf-gcc >/dev/null || need+=(gcc-riscv64-unknown-elf)
 command -v qemu-system-riscv32 >/dev/null || need+=(qemu-system-misc)
 # clang and its libFuzzer runtime: the fuzz harnesses' short runs in the suite.
 command -v clang >/dev/null || need+=(clang)
+# ccache: builds (and the suite's many builds of the same runtime) reuse compiled files.
+command -v ccache >/dev/null || need+=(ccache)
 compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null \
   || need+=(libclang-rt-dev)
 if [ ${#need[@]} -gt 0 ]; then

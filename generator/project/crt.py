@@ -19,10 +19,13 @@ from generator.toolchain import (
     MAP_FILE,
     SETTINGS,
     cmake_program,
+    compiler_cache,
+    compiler_cache_env,
     configured_elsewhere,
     ninja_program,
     ram_use_from_map,
     recorded_sanitize,
+    recorded_setting,
     require_compiler,
     run_logged,
 )
@@ -68,10 +71,13 @@ def cmake_build(project_dir: Path, board: Board, sanitize: bool | None,
     if sanitize and not board.is_native:
         raise ToolchainError(f"--sanitize needs a host build; board '{board.name}' runs "
                              "cross-compiled firmware")
-    if build_dir.exists() and (previous != sanitize or configured_elsewhere(project_dir)):
+    cache = compiler_cache()
+    if build_dir.exists() and (previous != sanitize or configured_elsewhere(project_dir)
+                               or recorded_setting(project_dir, "compiler_cache", cache) != cache):
         shutil.rmtree(build_dir)  # configured otherwise, by an older version, or elsewhere
     build_dir.mkdir(exist_ok=True)
-    (build_dir / SETTINGS).write_text(json.dumps({"sanitize": sanitize}) + "\n")
+    (build_dir / SETTINGS).write_text(json.dumps({"sanitize": sanitize,
+                                                  "compiler_cache": cache}) + "\n")
     log = build_dir / "build.log"
     log.write_text("")
     configure = [cmake_program(), "-S", str(project_dir), "-B", str(build_dir),
@@ -79,6 +85,8 @@ def cmake_build(project_dir: Path, board: Board, sanitize: bool | None,
     ninja = ninja_program()
     if ninja:
         configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
+    if cache:
+        configure.append(f"-DCMAKE_C_COMPILER_LAUNCHER={cache}")
     # Cross boards: the project's CMakeLists picks up its cmake/toolchain.cmake by itself.
     if progress:
         progress("configuring")
@@ -88,7 +96,8 @@ def cmake_build(project_dir: Path, board: Board, sanitize: bool | None,
         progress("compiling")
     try:
         run_logged([cmake_program(), "--build", str(build_dir), "--", "-j2"] if ninja is None
-                   else [cmake_program(), "--build", str(build_dir)], project_dir, "build", log)
+                   else [cmake_program(), "--build", str(build_dir)], project_dir, "build", log,
+                   env=compiler_cache_env(project_dir) if cache else None)
     except ToolchainError as exc:
         # A port's linker ASSERT on RAM names no numbers; the map file has them.
         used = ram_use_from_map(build_dir / MAP_FILE, board) if "RAM" in str(exc) else None
