@@ -174,11 +174,9 @@ def recorded_setting(project_dir: Path, name: str, default: object = None) -> ob
 def recorded_sanitize(project_dir: Path) -> bool | None:
     """The sanitizer setting the build directory was configured with, if it has one: ours,
     else the CMake cache's (a build directory configured by hand with plain CMake)."""
-    path = project_dir / BUILD_DIR / SETTINGS
-    try:
-        return bool(json.loads(path.read_text())["sanitize"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    recorded = recorded_setting(project_dir, "sanitize")
+    if recorded is not None:
+        return bool(recorded)
     value = _cache_entry(project_dir / BUILD_DIR, "MTVG_SANITIZE")
     return None if value is None else value.upper() in ("ON", "TRUE", "1", "YES", "Y")
 
