@@ -382,3 +382,22 @@ def test_v8_archive_without_shapes_is_refused(tmp_path, tmp_path_factory):
             dst.addfile(member, io.BytesIO(data) if data is not None else None)
     with pytest.raises(MlfError, match=r"inputs\[0\]\.shape: None is not a shape"):
         read_mlf(out)
+
+
+def test_the_skipped_tir_passes_change_no_byte_of_the_kernels(tmp_path, monkeypatch):
+    """lower.SKIPPED_PASSES only saves time: with TVM's whole default pipeline the kernels'
+    C is the same, byte for byte (a convolution with padding, a dense, a softmax)."""
+    from generator.export import lower
+
+    model = MODELS / "magic_wand" / "magic_wand.tflite"
+
+    def kernels(dest: Path) -> bytes:
+        export_model(model, dest)
+        with tarfile.open(dest) as tar:
+            member = tar.extractfile("./codegen/host/src/default_lib0.c")
+            assert member is not None
+            return member.read()
+
+    lean = kernels(tmp_path / "lean.tar")
+    monkeypatch.setattr(lower, "SKIPPED_PASSES", ())
+    assert kernels(tmp_path / "whole.tar") == lean
