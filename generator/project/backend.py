@@ -18,14 +18,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
-
-import jinja2
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from generator.boards import Board
 from generator.errors import ProjectError
 from generator.project_api.protocol import ProjectOption
 from generator.resources import templates_dir
+
+if TYPE_CHECKING:
+    import jinja2  # render_extras' type; the renderer imports it
 
 TEMPLATE_FILE = "template.json"
 DEFAULT_BACKEND = "crt"

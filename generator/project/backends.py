@@ -11,7 +11,6 @@ server finds the same back-end to build it.
 from __future__ import annotations
 
 import importlib
-from importlib import metadata
 from pathlib import Path
 
 from generator.boards import Board
@@ -31,6 +30,8 @@ def backend_named(spec: str) -> TemplateBackend:
     """The back-end called `spec`, or a one-line error."""
     if spec in BUILT_IN:
         return BUILT_IN[spec]()
+    from importlib import metadata  # only for back-ends that are not built in
+
     found = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec]
     module_name, _, attr = spec.partition(":")
     try:

@@ -7,8 +7,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from generator.boards import Board, list_boards, load_board
 from generator.errors import ToolchainError
@@ -29,6 +28,9 @@ from generator.toolchain import (
     require_compiler,
     run_logged,
 )
+
+if TYPE_CHECKING:
+    import jinja2  # render_extras' type; the renderer imports it
 
 
 class CrtBackend(TemplateBackend):

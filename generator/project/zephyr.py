@@ -18,8 +18,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from generator.boards import Board, FlashSpec, QemuSpec, UsbSpec, load_board
 from generator.errors import BoardError, ProjectError, ToolchainError
@@ -31,6 +30,9 @@ from generator.project.backend import (
 )
 from generator.project_api.protocol import ProjectOption
 from generator.toolchain import BUILD_DIR, FIRMWARE, configured_elsewhere, first_error
+
+if TYPE_CHECKING:
+    import jinja2  # render_extras' type; the renderer imports it
 
 BOARDS_FILE = "boards.json"
 TABLE_SCHEMA = 1
