@@ -1,6 +1,6 @@
 """Mutation fuzzing of real archives through the CLI (scripts/fuzz_archives.py).
 
-2,000 mutated archives (fixed seed) of the in-repo fixtures and of archives `microtvm-gen
+600 mutated archives (fixed seed) of the in-repo fixtures and of archives `microtvm-gen
 export` writes go through `info --json`, `info` and `generate`: none may end in a traceback,
 a hang, a write outside the output directory, a dead worker, a peak RSS over 1 GiB, NaN in
 JSON, a refusal of more than one line, or a refused generate's leftovers. The
@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 import fuzz_archives  # noqa: E402
 
 FUZZ_SEED = 20261124
-FUZZ_COUNT = 2000
+FUZZ_COUNT = 600  # the suite's share; scripts/fuzz_archives.py runs campaigns of 100,000
 YES_NO_SEED = [("yes_no", str(YES_NO / "model.tar"))]
 
 
