@@ -116,6 +116,11 @@ def test_template_server_info(template):
      -32602),  # extra
     (b'{"jsonrpc": "2.0", "method": "build", "params": {"options": []}, "id": 1}', -32602),
     (b'{"jsonrpc": "2.0", "method": "flash", "params": {"options": 3}, "id": 1}', -32602),
+    # close_transport's one parameter beyond TVM's: a bool, nothing else
+    (b'{"jsonrpc": "2.0", "method": "close_transport", "params": {"hung": 1}, "id": 1}',
+     -32602),
+    (b'{"jsonrpc": "2.0", "method": "close_transport", "params": {"x": true}, "id": 1}',
+     -32602),
 ])
 def test_invalid_requests_get_their_codes(template, line, code):
     reply = template.send_line(line)
@@ -124,6 +129,12 @@ def test_invalid_requests_get_their_codes(template, line, code):
         assert reply["error"]["message"] == "frobnicate: no such method"
     # The server lives on: the next request is answered.
     assert template.call("server_info_query", tvm_version="0.18.0")["is_template"]
+
+
+def test_close_transport_takes_hung_as_tvm_sends_nothing(template):
+    """TVM's client sends close_transport no parameters; ours may say the device hung."""
+    assert template.call("close_transport") is None
+    assert template.call("close_transport", hung=True) is None
 
 
 def test_handler_failure_is_a_server_error_with_traceback(template):

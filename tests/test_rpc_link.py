@@ -294,8 +294,8 @@ class FaultyLink:
         self.device = Device([str(self.elf)], "faulty rpc firmware")
         self.counts["reset"] += 1
 
-    def close(self) -> None:
-        self.device.close()
+    def close(self, hung: bool = False) -> None:
+        self.device.close(hung)
 
 
 FAULTS_WANTED = 10_000

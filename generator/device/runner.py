@@ -125,14 +125,15 @@ class Device:
             self.proc.wait()
             raise DeviceError(f"{self.description} did not exit within {timeout:.0f} s") from exc
 
-    def close(self) -> None:
+    def close(self, hung: bool = False) -> None:
+        """Close stdin and let the firmware end (not when `hung`), then terminate, then kill."""
         if self.proc.poll() is None:
             try:
                 if self.proc.stdin:
                     self.proc.stdin.close()
             except OSError:
                 pass
-            if self.stops_at_end_of_input:
+            if self.stops_at_end_of_input and not hung:
                 self._wait_exit(STOP_GRACE_SECONDS)
             if self.proc.poll() is None:
                 self.proc.terminate()

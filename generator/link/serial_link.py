@@ -36,5 +36,5 @@ class SerialLink:
         except self._serial_error as exc:
             raise DeviceError(f"{self.description}: read failed ({exc})") from exc
 
-    def close(self) -> None:
+    def close(self, hung: bool = False) -> None:
         self.port.close()

@@ -63,7 +63,10 @@ class Link(Protocol):
         """Bytes that arrived within timeout seconds; b'' on timeout; DeviceError at the end."""
         ...
 
-    def close(self) -> None: ...
+    def close(self, hung: bool = False) -> None:
+        """End the link. `hung`: the device stopped answering, so it is not given time to
+        end by itself (a process is terminated at once)."""
+        ...
 
 
 class LinkTimeout(DeviceError):

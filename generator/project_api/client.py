@@ -197,11 +197,11 @@ class ProjectTransport:
                 return exc.exit_status or 0
         raise DeviceError(f"{self.description} did not stop within {timeout:.0f} s")
 
-    def close(self) -> None:
+    def close(self, hung: bool = False) -> None:
         if self.open:
             self.open = False
             try:
-                self.client.call("close_transport", {})
+                self.client.call("close_transport", {"hung": True} if hung else {})
             except MtgError:
                 pass
 

@@ -184,10 +184,10 @@ class ProjectServer:
                              "session_start_timeout_sec": 10.0,
                              "session_established_timeout_sec": 30.0}}
 
-    def close_transport(self) -> None:
+    def close_transport(self, hung: bool = False) -> None:
         device, self.device, self.pending = self.device, None, b""
         if device is not None:
-            device.close()
+            device.close(hung)
         return None
 
     def read_transport(self, n: object, timeout_sec: object) -> dict:

@@ -97,6 +97,9 @@ METHODS: dict[str, dict[str, type | None]] = {
     "read_transport": {"n": None, "timeout_sec": None},
     "write_transport": {"data": None, "timeout_sec": None},
 }
+# Parameters a method may be given beyond TVM's (TVM's client never sends them): our own
+# client tells close_transport that the device hung, so it is not given time to end.
+OPTIONAL: dict[str, dict[str, type]] = {"close_transport": {"hung": bool}}
 
 
 def encode_data(data: bytes) -> str:
@@ -134,13 +137,14 @@ def validate_request(request: object) -> tuple[Any, str, dict]:
     declared = METHODS.get(method)
     if declared is None:
         raise RequestError(ErrorCode.METHOD_NOT_FOUND, f"{method}: no such method")
+    optional = OPTIONAL.get(method, {})
     missing = [p for p in declared if p not in params]
-    extra = [p for p in params if p not in declared]
+    extra = [p for p in params if p not in declared and p not in optional]
     if missing or extra:
         raise RequestError(ErrorCode.INVALID_PARAMS,
                            f"{method}: missing params {missing}; extra params {extra}")
-    for name, kind in declared.items():
-        if kind is not None and not isinstance(params[name], kind):
+    for name, kind in {**declared, **optional}.items():
+        if name in params and kind is not None and not isinstance(params[name], kind):
             raise RequestError(ErrorCode.INVALID_PARAMS,
                                f"{method}: parameter {name}: want {kind.__name__}, got "
                                f"{type(params[name]).__name__}")

@@ -88,18 +88,24 @@ class DeviceLink:
         session = self.ensure()
         try:
             return session.request(packet, reply_expected)
-        except (DeviceReset, LinkTimeout) as exc:
+        except DeviceReset as exc:
             self._event(f"{exc.one_line()}; starting a new device session")
             self.session = None
+            raise
+        except LinkTimeout as exc:
+            # A hung device answers no new session either: it is started again (a process
+            # or QEMU restarted, a serial port opened again), not waited for.
+            self._event(f"{exc.one_line()}; the device will be started again")
+            self.close(hung=True)
             raise
         except DeviceError as exc:  # the device's link closed (process ended, port gone)
             self._event(f"{exc.one_line()}; the device will be started again")
             self.close()
             raise
 
-    def close(self) -> None:
+    def close(self, hung: bool = False) -> None:
         if self.link is not None:
-            self.link.close()
+            self.link.close(hung)
         self.link = None
         self.session = None
 
