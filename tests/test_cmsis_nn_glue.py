@@ -36,9 +36,6 @@ COMMON = REPO / "templates" / "common"
 CMSIS_NN = SHARED / "third_party" / "CMSIS-NN"
 # The CMSIS-NN source directories the driver's kernels and their helpers live in (MVE's
 # depthwise-as-conv path transposes the weights); projects build all of Source/*/*.c.
-CMSIS_DIRS = ["ConvolutionFunctions", "FullyConnectedFunctions", "PoolingFunctions",
-              "BasicMathFunctions", "SoftmaxFunctions", "NNSupportFunctions",
-              "TransposeFunctions"]
 STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all",
             "-fno-omit-frame-pointer"]
@@ -169,7 +166,10 @@ def cmsis_nn_tree() -> Path:
 
 
 def cmsis_sources(tree: Path) -> list[Path]:
-    return sorted(p for d in CMSIS_DIRS for p in (tree / "Source" / d).glob("*.c"))
+    """The files a project with the cmsis-nn accelerator builds: what the driver needs."""
+    from generator.accel.cmsis_nn import driver_sources
+
+    return [tree / rel for rel in driver_sources(tree)]
 
 
 def build_harness(dest: Path, scratch_bytes: int) -> Path:

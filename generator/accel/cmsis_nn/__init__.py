@@ -28,6 +28,7 @@ from generator.accel import (
     extern_kernel,
     int8_op,
 )
+from generator.accel.cmsis_nn.sources import needed_sources
 from generator.accel.tir import pair, with_check
 from generator.accel.vanilla import valid_taps
 from generator.errors import ProjectError
@@ -234,7 +235,7 @@ class CmsisNN(Accelerator):
 
         root = cmsis_nn_root(raw)
         return Driver(DRIVER_DIR, sources=("mtvg_cmsis_nn.c",), headers=("mtvg_cmsis_nn.h",),
-                      external=(ExternalSources("cmsis-nn", root, ("Source/*/*.c",),
+                      external=(ExternalSources("cmsis-nn", root, driver_sources(root),
                                                 ("Include",)),),
                       defines={"MTVG_CMSIS_NN_CHECK_ARGUMENTS": 0},
                       counters="mtvg_cmsis_nn_counters",
@@ -259,3 +260,9 @@ def _io(op) -> list[Param]:
 
 
 accelerator = CmsisNN
+
+
+def driver_sources(root: Path) -> tuple[str, ...]:
+    """The files of the CMSIS-NN tree `root` that the driver needs (sources.py)."""
+    texts = [(DRIVER_DIR / name).read_text() for name in ("mtvg_cmsis_nn.c", "mtvg_cmsis_nn.h")]
+    return tuple(needed_sources(root, texts))
