@@ -20,6 +20,10 @@ bin="$("$root/scripts/bootstrap.sh" | tail -n 1)"
 cd "$root"
 "$bin/ruff" check generator tests examples benchmarks
 
+# Python caches compiled modules (__pycache__, git-ignored) even where the environment says
+# not to: the suite starts some 800 Python processes, and without the cache each compiles
+# every module of ours it imports again (and pytest rewrites every test module again).
+unset PYTHONDONTWRITEBYTECODE
 jobs="${MTVG_TEST_JOBS:-$(nproc)}"
 if [[ ! $jobs =~ ^[1-9][0-9]*$ ]]; then
   echo "test.sh: MTVG_TEST_JOBS must be a positive number, not '$jobs'" >&2
