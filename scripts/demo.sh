@@ -6,4 +6,5 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="$("$root/scripts/bootstrap.sh" | tail -n 1)"
+unset PYTHONDONTWRITEBYTECODE  # the venv's packages are compiled on first import (bootstrap.sh)
 exec "$bin/python" "$root/examples/mnist/demo.py" "$@"
