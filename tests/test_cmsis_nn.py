@@ -171,8 +171,11 @@ def test_cmsis_nn_path_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("CMSIS_NN_PATH", str(cmsis_nn_tree()))
     archive = write_cmsis_nn_archive(tmp_path / "fc.tar")
     generate(archive, "host", tmp_path / "p")
-    assert "arm_fully_connected_s8" not in (tmp_path / "p" / "CMakeLists.txt").read_text()
-    assert str(cmsis_nn_tree().resolve()) in (tmp_path / "p" / "CMakeLists.txt").read_text()
+    cmake = (tmp_path / "p" / "CMakeLists.txt").read_text()
+    assert str(cmsis_nn_tree().resolve()) in cmake
+    # Only what the partition reaches is built: its fully connected layer, not convolutions.
+    assert '"${CMSIS_NN_PATH}/Source/FullyConnectedFunctions/arm_fully_connected_s8.c"' in cmake
+    assert "ConvolutionFunctions" not in cmake
 
 
 def test_unknown_partition_is_refused_naming_its_header(tmp_path, capsys):
