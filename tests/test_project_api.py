@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -135,6 +136,23 @@ def test_close_transport_takes_hung_as_tvm_sends_nothing(template):
     """TVM's client sends close_transport no parameters; ours may say the device hung."""
     assert template.call("close_transport") is None
     assert template.call("close_transport", hung=True) is None
+
+
+def test_the_launcher_starts_the_named_python_as_it_is(tmp_path):
+    """MICROTVM_GEN_PYTHON is started without a trial import first; a Python without the
+    package gets the server's own line, and exit status 2."""
+    bare = tmp_path / "bare-python"
+    bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I -S "$@"\n')
+    bare.chmod(0o755)
+    template = REPO / "templates" / "crt"
+    proc = subprocess.run([str(template / "launch_microtvm_api_server.sh"),
+                           str(template / "microtvm_api_server.py"), "--read-fd", "0",
+                           "--write-fd", "1"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "MICROTVM_GEN_PYTHON": str(bare)}, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("microtvm_api_server.py: the microtvm-gen package is not "
+                                  "importable by ")
+    assert len(proc.stderr.splitlines()) == 1
 
 
 def test_handler_failure_is_a_server_error_with_traceback(template):
