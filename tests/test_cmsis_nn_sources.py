@@ -1,4 +1,4 @@
-"""Which CMSIS-NN files a caller needs (generator/accel/cmsis_nn/sources.py), on a small
+"""Which CMSIS-NN files a caller needs (generator/project/cmsis_nn_sources.py), on a small
 tree written here, and on the real tree: what the driver needs links on every core
 (tests/test_cmsis_nn_glue.py builds exactly that list)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from generator.accel.cmsis_nn.sources import definitions, needed_sources
+from generator.project.cmsis_nn_sources import definitions, needed_sources
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:

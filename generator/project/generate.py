@@ -33,7 +33,12 @@ from generator.project.backends import backend_named
 from generator.project.checks import check_buildable
 from generator.project.extra_files import read_extra_files
 from generator.project.fit import check_fits
-from generator.project.libraries import CMSIS_NN, SAFE_PATH_RE, Libraries, needed_libraries
+from generator.project.libraries import (
+    CMSIS_NN,
+    Libraries,
+    cmsis_nn_files,
+    needed_libraries,
+)
 from generator.project.ports import port_files
 from generator.project.record import PROJECT_FILE, new_record, record_bytes
 from generator.project.sizing import (
@@ -159,23 +164,6 @@ def plain_text(text: str) -> str:
     return "".join(c if c.isascii() and (c.isalnum() or c in " _.+-") else "?" for c in text)
 
 
-def _cmsis_nn_files(files: ArchiveFiles, module: ModuleInfo,
-                    libraries: Libraries | None) -> list[str]:
-    """The CMSIS-NN files (relative to its tree) the archive's cmsis-nn partitions need."""
-    if libraries is None or libraries.cmsis_nn is None:
-        return []
-    from generator.accel.cmsis_nn.sources import needed_sources
-
-    texts = [files.data[s.path].decode(errors="replace") for s in module.sources
-             if s.target == CMSIS_NN]
-    needed = needed_sources(libraries.cmsis_nn, texts)
-    for rel in needed:  # names from the user's tree reach CMake text
-        if ".." in rel or not SAFE_PATH_RE.fullmatch("/" + rel):
-            raise ProjectError(f"CMSIS-NN file {rel!r} has characters other than letters, "
-                               "digits, '_', '.', '+', '-' and '/'")
-    return needed
-
-
 def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, board: Board,
                   archive_path: Path, project_type: str, libraries: Libraries | None,
                   extra_definitions: dict[str, str], werror: bool, template: Path,
@@ -245,7 +233,9 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         "archive_name": plain_text(archive_path.name),
         "cmsis_nn_path": libraries.cmsis_nn.as_posix() if libraries and libraries.cmsis_nn
         else None,
-        "cmsis_nn_files": _cmsis_nn_files(files, module, libraries),
+        "cmsis_nn_files": cmsis_nn_files(libraries, [
+            files.data[s.path].decode(errors="replace") for s in module.sources
+            if s.target == CMSIS_NN]),
         "extra_definitions": extra_definitions or {},
         "werror": werror,
         "archive_sha256": archive.sha256 or "directory",

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from generator.errors import ProjectError, UnsupportedModelError
 from generator.mlf.model import ModuleInfo
+from generator.project.cmsis_nn_sources import needed_sources
 
 CMSIS_NN = "cmsis-nn"
 CMSIS_NN_ENV = "CMSIS_NN_PATH"
@@ -58,6 +59,19 @@ def needed_libraries(module: ModuleInfo, origin: str,
     if not needs_cmsis:
         return Libraries()
     return Libraries(cmsis_nn=_cmsis_nn_tree(origin, cmsis_nn))
+
+
+def cmsis_nn_files(libraries: Libraries | None, partitions: list[str]) -> list[str]:
+    """The files of the CMSIS-NN tree (relative to it) that the partitions' C texts reach;
+    their names come from the user's tree and reach CMake, so they are checked."""
+    if libraries is None or libraries.cmsis_nn is None:
+        return []
+    needed = needed_sources(libraries.cmsis_nn, partitions)
+    for rel in needed:
+        if ".." in rel or not SAFE_PATH_RE.fullmatch("/" + rel):
+            raise ProjectError(f"CMSIS-NN file {rel!r} has characters other than letters, "
+                               "digits, '_', '.', '+', '-' and '/'")
+    return needed
 
 
 def _cmsis_nn_tree(origin: str, given: Path | None) -> Path:

@@ -28,10 +28,10 @@ from generator.accel import (
     extern_kernel,
     int8_op,
 )
-from generator.accel.cmsis_nn.sources import needed_sources
 from generator.accel.tir import pair, with_check
 from generator.accel.vanilla import valid_taps
 from generator.errors import ProjectError
+from generator.project.cmsis_nn_sources import needed_sources
 
 DRIVER_DIR = Path(__file__).resolve().parent / "driver"
 PATH_ENV = "CMSIS_NN_PATH"
@@ -263,6 +263,6 @@ accelerator = CmsisNN
 
 
 def driver_sources(root: Path) -> tuple[str, ...]:
-    """The files of the CMSIS-NN tree `root` that the driver needs (sources.py)."""
+    """The files of the CMSIS-NN tree `root` that the driver needs (project/cmsis_nn_sources.py)."""
     texts = [(DRIVER_DIR / name).read_text() for name in ("mtvg_cmsis_nn.c", "mtvg_cmsis_nn.h")]
     return tuple(needed_sources(root, texts))
