@@ -40,6 +40,7 @@ MAX_IO_BYTES = 1 << 30  # one input or output tensor
 MAX_SOURCE_BYTES = 32 * 1024 * 1024  # the module's C sources (real ones: a few MB)
 MAX_HEADER_BYTES = 1024 * 1024  # the C interface header (real ones: a few KB)
 SUPPORTED_VERSIONS = (5, 6, 7, 8)
+WORKSPACE_CALL = "TVMBackendAllocWorkspace"  # a kernel that allocates at run time
 NEWEST_KNOWN_VERSION = 8
 # generator/export/mlf_writer.py ABI_NAME and OPERATOR_ABI_NAME, and the style of archive
 # each belongs to.
@@ -186,6 +187,7 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
     objs = [ObjectFile(n, sources.elf_arch(files.data[_safe_member(where, n)]))
             for n in obj_names]
     c_text = "\n".join(files.text(s.path) for s in srcs if not s.is_partition)
+    calls = sources.count_calls(c_text, (WORKSPACE_CALL, *sources.UNSUPPORTED_CALLS))
 
     header_path = f"codegen/host/include/tvmgen_{name}.h"
     if files.has(header_path) and len(files.data[header_path]) > MAX_HEADER_BYTES:
@@ -289,9 +291,8 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
         header=header_path if header is not None else None,
         graph_json=graph_path,
         params_file=params_path if files.has(params_path) else None,
-        workspace_call_sites=sources.count_calls(c_text, "TVMBackendAllocWorkspace"),
-        unsupported_calls=[c for c in sources.UNSUPPORTED_CALLS
-                           if sources.count_calls(c_text, c)],
+        workspace_call_sites=calls[WORKSPACE_CALL],
+        unsupported_calls=[c for c in sources.UNSUPPORTED_CALLS if calls[c]],
         tvm_version=tvm_version,
         operator_workspace_bytes=max(op_workspaces) if op_workspaces else None,
         registry=registry,
@@ -397,6 +398,7 @@ def _read_operator_module(files: ArchiveFiles, name: str, info: object) -> Modul
             for n in files.under("codegen/host/lib/") if _module_file(n, name, 8)]
     _check_source_bytes(where, files, [s.path for s in srcs])
     c_text = "\n".join(files.text(s.path) for s in srcs)
+    calls = sources.count_calls(c_text, (WORKSPACE_CALL, *sources.UNSUPPORTED_CALLS))
     registry = _registry(where, c_text)
     if registry is None:
         raise MlfError(f"{where}: the sources have no system library (a TVMFuncRegistry and "
@@ -429,9 +431,8 @@ def _read_operator_module(files: ArchiveFiles, name: str, info: object) -> Modul
         io_size_bytes=0,
         sources=srcs,
         objects=objs,
-        workspace_call_sites=sources.count_calls(c_text, "TVMBackendAllocWorkspace"),
-        unsupported_calls=[c for c in sources.UNSUPPORTED_CALLS
-                           if sources.count_calls(c_text, c)],
+        workspace_call_sites=calls[WORKSPACE_CALL],
+        unsupported_calls=[c for c in sources.UNSUPPORTED_CALLS if calls[c]],
         operator_workspace_bytes=largest,
         registry=registry,
         abi=abi,

@@ -7,6 +7,7 @@ the first byte is written; a failure while writing leaves no half-made project b
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,6 +159,17 @@ def _template_file(search: list[Path], name: str) -> Path:
     return next((d / name for d in search if (d / name).is_file()), search[-1] / name)
 
 
+@functools.lru_cache(maxsize=8)
+def _template_environment(search: tuple[str, ...]) -> jinja2.Environment:
+    """The Jinja environment for a template search path, kept for the process: its compiled
+    templates are reused (a template file edited since is compiled again, by its mtime)."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(list(search)),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             autoescape=False)
+    env.filters["c_string"] = c_string_literal
+    return env
+
+
 def plain_text(text: str) -> str:
     """Text from outside (a file name) made safe for a comment in any generated language:
     every character but letters, digits and ' _.+-' becomes '?'."""
@@ -205,10 +217,7 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     arena = arena_bytes_for(module)
     external_pools = [ExternalPool(p.name, c_identifier(p.name), p.size_bytes)
                       for p in module.pools if not p.internal]
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(d) for d in search]),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             autoescape=False)
-    env.filters["c_string"] = c_string_literal
+    env = _template_environment(tuple(str(d) for d in search))
     compile_definitions: dict[str, int] = {}
     graph_context: dict = {}
     if module.executor == "graph" and not host_driven:

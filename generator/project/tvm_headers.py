@@ -10,6 +10,7 @@ machine without TVM.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import posixpath
@@ -150,6 +151,12 @@ class _Scan:
 
 
 def _license_files(root: IncludeRoot) -> dict[str, bytes]:
+    return dict(_installed_license_files(root))
+
+
+@functools.lru_cache(maxsize=8)
+def _installed_license_files(root: IncludeRoot) -> dict[str, bytes]:
+    """Listing an installed TVM's files takes tens of milliseconds: once per process."""
     try:
         files = importlib.metadata.distribution(root.distribution).files or []
     except importlib.metadata.PackageNotFoundError:
