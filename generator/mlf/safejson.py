@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-
-import numpy as np
+from itertools import accumulate
 
 from generator.errors import MlfError
 
@@ -23,18 +22,16 @@ MAX_NUMBER_DIGITS = 40  # more than any size or shape in a real archive
 # A string literal, its escapes included ("unrolled": no alternation per character).
 _STRING_RE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _NOT_BRACKET_RE = re.compile(r"[^\[\]{}]+")
-_STEP = np.zeros(256, dtype=np.int8)  # byte → +1 opens, -1 closes, 0 otherwise
-_STEP[[ord("["), ord("{")]] = 1
-_STEP[[ord("]"), ord("}")]] = -1
+_STEP = [0] * 256  # byte → +1 opens, -1 closes (only brackets are left to map)
+_STEP[ord("[")] = _STEP[ord("{")] = 1
+_STEP[ord("]")] = _STEP[ord("}")] = -1
 
 
 def nesting_depth(text: str) -> int:
-    """The deepest nesting of [ and { outside strings (no recursion, no Python loop)."""
-    brackets = _NOT_BRACKET_RE.sub("", _STRING_RE.sub("", text))
-    if not brackets:
-        return 0
-    steps = _STEP[np.frombuffer(brackets.encode("ascii"), dtype=np.uint8)]
-    return max(0, int(np.cumsum(steps, dtype=np.int64).max()))
+    """The deepest nesting of [ and { outside strings (no recursion; the running sum is
+    taken by C iterators, not a Python loop per bracket)."""
+    brackets = _NOT_BRACKET_RE.sub("", _STRING_RE.sub("", text)).encode("ascii")
+    return max(0, max(accumulate(map(_STEP.__getitem__, brackets)), default=0))
 
 
 def _no_constant(name: str):
