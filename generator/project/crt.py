@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from generator import cmake_seed
 from generator.boards import Board, list_boards, load_board
 from generator.errors import ToolchainError
 from generator.project.backend import BuiltFirmware, TemplateBackend, TemplateBoard
@@ -61,6 +62,26 @@ class CrtBackend(TemplateBackend):
         return cmake_build(project_dir, board, sanitize, progress)
 
 
+def first_configure(configure: list[str], project_dir: Path, build_dir: Path, compiler: str,
+                    log: Path) -> None:
+    """The build directory's first configure, from a seed of CMake's compiler checks when one
+    matches (generator/cmake_seed.py); one that fails with a seed runs again without."""
+    plain = [a for a in configure if a not in ("-S", "-B", str(project_dir), str(build_dir))]
+    seed = cmake_seed.seed_for(project_dir, plain, compiler)
+    extra = cmake_seed.plant(seed, project_dir, build_dir)
+    if extra:
+        try:
+            run_logged(configure + extra, project_dir, "CMake configure", log)
+            return
+        except ToolchainError:
+            cmake_seed.drop(seed)
+            shutil.rmtree(build_dir / "CMakeFiles", ignore_errors=True)
+            (build_dir / "CMakeCache.txt").unlink(missing_ok=True)
+            log.write_text("")  # the error of a failing build is the plain configure's
+    run_logged(configure, project_dir, "CMake configure", log)
+    cmake_seed.harvest(seed, project_dir, build_dir)
+
+
 def cmake_build(project_dir: Path, board: Board, sanitize: bool | None,
                 progress: Callable[[str], None] | None) -> BuiltFirmware:
     """Configure (once) and build with CMake and Ninja; `sanitize=None` keeps the setting
@@ -93,7 +114,7 @@ def cmake_build(project_dir: Path, board: Board, sanitize: bool | None,
     if progress:
         progress("configuring")
     if not (build_dir / "CMakeCache.txt").exists():
-        run_logged(configure, project_dir, "CMake configure", log)
+        first_configure(configure, project_dir, build_dir, board.tool("gcc"), log)
     if progress:
         progress("compiling")
     try:
