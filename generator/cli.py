@@ -15,11 +15,13 @@ import sys
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from generator import __version__
 from generator.errors import InputError, MtgError
+
+if TYPE_CHECKING:  # numpy is loaded by the commands that read or print tensors
+    import numpy as np
 
 EXIT_OK = 0
 EXIT_USER_ERROR = 2
@@ -484,6 +486,8 @@ def parse_input_spec(text: str) -> tuple[str, Path]:
 
 
 def load_input_file(path: Path, dtype: str) -> np.ndarray:
+    import numpy as np
+
     if not path.is_file():
         raise InputError(f"{path}: no such file")
     if path.suffix == ".npy":
@@ -515,6 +519,8 @@ class Run(Command):
                                  "without (default: as the last build)")
 
     def do_run(self, args):
+        import numpy  # for printing the outputs
+
         from generator.project.record import load_project
         from generator.run import TensorSpec, find_input, run_project
 
@@ -545,7 +551,7 @@ class Run(Command):
             prefix = f"[{i}] " if len(report.outputs) > 1 else ""
             for name, value in outs.items():
                 flat = value.reshape(-1)
-                shown = np.array2string(flat[:16], separator=",", max_line_width=10**6)
+                shown = numpy.array2string(flat[:16], separator=",", max_line_width=10**6)
                 more = f" ... ({flat.size} values)" if flat.size > 16 else ""
                 print(f"{prefix}{name} {value.dtype}{list(value.shape)} = {shown}{more}")
             if time.seconds is None:  # a virtual clock (QEMU -icount) counts instructions
