@@ -42,24 +42,30 @@ def _rebuild(project: Path) -> str:
     return (project / BUILD_DIR / "build.log").read_text()
 
 
-@pytest.mark.parametrize("board", BOARDS)
-def test_a_seeded_configure_builds_what_a_probing_one_builds(tmp_path, seeds, board):
-    require_board_tools(board)
-    project = tmp_path / "p"
-    generate(YES_NO_TAR, board, project)
-    probing_log = _rebuild(project)
-    assert "compiler identification" in probing_log
-    probed, firmware = _commands(project), (project / BUILD_DIR / "firmware.elf").read_bytes()
-    assert len(list(seeds.iterdir())) == 1  # the first configure left its seed
+def test_a_seeded_configure_builds_what_a_probing_one_builds(tmp_path, seeds):
+    for board in BOARDS:
+        require_board_tools(board)
+        project = tmp_path / board
+        generate(YES_NO_TAR, board, project)
+        probing_log = _rebuild(project)
+        assert "compiler identification" in probing_log
+        probed = _commands(project)
+        firmware = (project / BUILD_DIR / "firmware.elf").read_bytes()
 
-    seeded_log = _rebuild(project)
-    assert "compiler identification" not in seeded_log  # no probe ran
-    assert cmake_seed.INITIALIZED in seeded_log
-    assert _commands(project) == probed
-    assert (project / BUILD_DIR / "firmware.elf").read_bytes() == firmware
+        seeded_log = _rebuild(project)
+        assert "compiler identification" not in seeded_log  # no probe ran
+        assert cmake_seed.INITIALIZED in seeded_log
+        assert _commands(project) == probed
+        assert (project / BUILD_DIR / "firmware.elf").read_bytes() == firmware
+    # One seed per toolchain, and no project's own path stays in one.
+    assert len(list(seeds.iterdir())) == len(BOARDS)
+    for seed in seeds.iterdir():
+        for f in seed.iterdir():
+            assert str(tmp_path) not in f.read_text()
 
 
-def test_a_broken_seed_costs_a_retry_not_the_build(tmp_path, seeds):
+def test_a_broken_seed_costs_a_retry_not_the_build_and_seeds_can_be_off(tmp_path, seeds,
+                                                                        monkeypatch):
     project = tmp_path / "p"
     generate(YES_NO_TAR, "host", project)
     _rebuild(project)
@@ -71,20 +77,7 @@ def test_a_broken_seed_costs_a_retry_not_the_build(tmp_path, seeds):
     # The broken seed is gone; the plain configure left a good one in its place.
     assert "FATAL_ERROR" not in (seed / "CMakeCCompiler.cmake").read_text()
 
-
-def test_each_toolchain_has_its_own_seed_and_seeds_can_be_turned_off(tmp_path, seeds,
-                                                                    monkeypatch):
-    for board in BOARDS:
-        require_board_tools(board)
-        generate(YES_NO_TAR, board, tmp_path / board)
-        build(tmp_path / board)
-    assert len(list(seeds.iterdir())) == len(BOARDS)
-    for seed in seeds.iterdir():  # no project's own path stays in a seed
-        for f in seed.iterdir():
-            assert str(tmp_path) not in f.read_text()
-
     monkeypatch.setenv(cmake_seed.SEEDS_ENV, "0")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "other-cache"))
-    log = _rebuild(tmp_path / "host")
-    assert "compiler identification" in log
+    assert "compiler identification" in _rebuild(project)
     assert not (tmp_path / "other-cache" / "microtvm-gen").exists()
