@@ -673,6 +673,8 @@ class Flash(Command):
                                                 "mount": str(args.mount) if args.mount
                                                 else None})
             result = replace(result, dry_run=False, flashed=True)
+        elif not args.dry_run:  # nothing to flash: the JSON still says what was asked
+            result = replace(result, dry_run=False)
         if args.json:
             self.emit_json(result.to_json())
         elif result.runner is None:

@@ -269,7 +269,10 @@ def test_nothing_to_flash_on_qemu_and_host(tmp_path, fake_tools, capsys):
         assert main(["flash", str(project)]) == 0
         assert "nothing to flash" in capsys.readouterr().out
         assert main(["flash", str(project), "--json"]) == 0
-        assert json.loads(capsys.readouterr().out)["flashed"] is False
+        result = json.loads(capsys.readouterr().out)
+        assert result["flashed"] is False and result["dry_run"] is False  # as asked
+        assert main(["flash", str(project), "--json", "--dry-run"]) == 0
+        assert json.loads(capsys.readouterr().out)["dry_run"] is True
     assert fake_tools() == []
 
 
