@@ -84,8 +84,11 @@ class Info(Command):
             self.emit_json(archive.to_json())
             return EXIT_OK
         print(f"archive   {archive.origin}")
-        print(f"format    MLF version {archive.version}, {archive.style}, "
-              f"exported {archive.export_datetime or 'unknown'}")
+        writers = {m.written_by for m in archive.modules}
+        made = (f"exported {archive.export_datetime}" if archive.export_datetime else
+                f"written by {writers.pop()}" if len(writers) == 1 and None not in writers
+                else "exported unknown")
+        print(f"format    MLF version {archive.version}, {archive.style}, {made}")
         for m in archive.modules:
             print(f"module    {m.name}: {m.executor} executor, {m.interface} interface "
                   f"(entry: {m.entry})" + (f", TVM {m.tvm_version}" if m.tvm_version else ""))

@@ -175,3 +175,22 @@ class _Zeros(io.RawIOBase):
         buf[:n] = b"\0" * n
         self.left -= n
         return n
+
+
+def _with_writer(dest: Path, writer: object) -> Path:
+    with tarfile.open(GOOD) as tar:
+        meta = json.load(tar.extractfile("./metadata.json"))
+    meta["generator"] = writer
+    return _with_metadata(dest, json.dumps(meta))
+
+
+def test_the_writer_entry_is_read_and_checked(tmp_path, capsys):
+    """MLF v8's `generator` entry says who wrote a module; its text is checked like the rest."""
+    named = _with_writer(tmp_path / "w.tar", {"name": "some-tool", "version": "2.1",
+                                              "tvm_version": "0.99", "source": "m.tflite"})
+    assert main(["info", "--json", str(named)]) == 0
+    assert json.loads(capsys.readouterr().out)["modules"][0]["written_by"] == "some-tool 2.1"
+    _refused(capsys, _with_writer(tmp_path / "a.tar", 5), "'generator' is not an object")
+    _refused(capsys, _with_writer(tmp_path / "b.tar", {"name": "x\u001b[2J"}),
+             "holds control characters")
+    _refused(capsys, _with_writer(tmp_path / "c.tar", {"version": "9" * 65}), "over the limit")

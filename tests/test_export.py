@@ -181,7 +181,13 @@ def test_archive_reads_back_and_keeps_v7_interface(tmp_path, capsys):
     # Kernels are plain C functions, no packed-API argument checking.
     assert "TVMFFIAny" not in kernels and "TVM_DLL void tvmgen_default_" in kernels
     assert main(["info", str(dest)]) == 0
-    assert "plan    activations" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "plan    activations" in out
+    # Who wrote it and with which TVM, from the module's `generator` entry.
+    import tvm
+
+    from generator import __version__
+    assert f"written by microtvm-gen {__version__}" in out and f"TVM {tvm.__version__}" in out
     assert main(["export", str(MNIST / "mnist-8.onnx"), "-o", str(dest)]) == 2
     assert "exists" in capsys.readouterr().err
 

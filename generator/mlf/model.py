@@ -168,6 +168,8 @@ class ModuleInfo:
     # Things the archive's code needs that our runtime does not provide.
     unsupported_calls: list[str] = field(default_factory=list)
     tvm_version: str | None = None
+    # MLF v8: the tool that wrote the module (its `generator` entry), e.g. "microtvm-gen 0.1.0".
+    written_by: str | None = None
     # MLF v8 (our exporter): the ABI of the generated code and its static memory plan.
     abi: str | None = None
     plan: PlanSummary | None = None

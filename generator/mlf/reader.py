@@ -33,13 +33,14 @@ from generator.mlf.model import (
 )
 from generator.mlf.params import load_params
 from generator.mlf.safejson import load_bounded
-from generator.mlf.schema import check_metadata
+from generator.mlf.schema import check_metadata, check_text
 
 MAX_METADATA_BYTES = 16 * 1024 * 1024
 MAX_IO_BYTES = 1 << 30  # one input or output tensor
 MAX_SOURCE_BYTES = 32 * 1024 * 1024  # the module's C sources (real ones: a few MB)
 MAX_HEADER_BYTES = 1024 * 1024  # the C interface header (real ones: a few KB)
 SUPPORTED_VERSIONS = (5, 6, 7, 8)
+MAX_WRITER_CHARS = 64  # a tool name or version in `generator`
 WORKSPACE_CALL = "TVMBackendAllocWorkspace"  # a kernel that allocates at run time
 NEWEST_KNOWN_VERSION = 8
 # generator/export/mlf_writer.py ABI_NAME and OPERATOR_ABI_NAME, and the style of archive
@@ -270,9 +271,10 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
                if graph is not None else None)
 
     deps = info.get("external_dependencies") or []
+    written_by, writer_tvm = _writer(info, where)
     tvm_version = next((d.get("version_spec") for d in deps
                         if isinstance(d, dict) and d.get("short_name") == "tvm_standalone_crt"),
-                       None)
+                       writer_tvm)
     return ModuleInfo(
         name=name,
         executor=executor,
@@ -294,6 +296,7 @@ def _read_module(files: ArchiveFiles, version: int, name: str, info: object) -> 
         workspace_call_sites=calls[WORKSPACE_CALL],
         unsupported_calls=[c for c in sources.UNSUPPORTED_CALLS if calls[c]],
         tvm_version=tvm_version,
+        written_by=written_by,
         operator_workspace_bytes=max(op_workspaces) if op_workspaces else None,
         registry=registry,
         graph=summary,
@@ -371,6 +374,20 @@ def _v8_abi_and_plan(info: dict, where: str, style: str) -> tuple[str, PlanSumma
     return abi["name"], plan
 
 
+def _writer(info: object, where: str) -> tuple[str | None, str | None]:
+    """Who wrote an MLF v8 module, from its `generator` entry ({name, version, tvm_version,
+    source}, microtvm-gen's exporter): "name version" and the TVM version, else None."""
+    writer = info.get("generator") if isinstance(info, dict) else None
+    if writer is None:
+        return None, None
+    if not isinstance(writer, dict):
+        raise MlfError(f"{where}: 'generator' is not an object")
+    name, version, tvm = (None if writer.get(k) is None else
+                          check_text(writer.get(k), f"{where} generator.{k}", MAX_WRITER_CHARS)
+                          for k in ("name", "version", "tvm_version"))
+    return (" ".join(t for t in (name, version) if t) or None), (tvm or None)
+
+
 def _read_operator_module(files: ArchiveFiles, name: str, info: object) -> ModuleInfo:
     """A module of a version 8 operator-style archive (generator/export/operators.py)."""
     where = f"{files.origin}: module '{name}'"
@@ -418,6 +435,7 @@ def _read_operator_module(files: ArchiveFiles, name: str, info: object) -> Modul
                            "no packed function of that name")
     op_workspaces = [_operator_workspace(f) for f in functions.get("operator_functions") or []]
     largest = max(op_workspaces, default=0)
+    written_by, tvm_version = _writer(info, where)
     return ModuleInfo(
         name=name,
         executor="operator",
@@ -437,6 +455,8 @@ def _read_operator_module(files: ArchiveFiles, name: str, info: object) -> Modul
         registry=registry,
         abi=abi,
         operators=operators,
+        tvm_version=tvm_version,
+        written_by=written_by,
     )
 
 
