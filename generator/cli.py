@@ -502,6 +502,27 @@ def load_input_file(path: Path, dtype: str) -> np.ndarray:
     return raw.astype(dtype)
 
 
+def samples_of(array: np.ndarray, tensor, path: Path, batch: bool) -> np.ndarray:
+    """An input file's array as the run takes it: with --batch, one sample per row (a raw
+    file's bytes cut into samples of the input's size); without, refused with the hint to
+    use --batch when it holds several samples' worth."""
+    per_sample = max(1, tensor.size_bytes // array.dtype.itemsize)
+    whole = array.size % per_sample == 0 and array.size // per_sample > 1
+    if batch and path.suffix != ".npy":
+        if array.size % per_sample:
+            raise InputError(f"{path}: {array.size * array.dtype.itemsize} bytes are not a "
+                             f"whole number of samples of {tensor.size_bytes} bytes "
+                             f"(input '{tensor.name}')")
+        return array.reshape(-1, *tensor.shape)
+    count = array.size // per_sample
+    stacked = path.suffix != ".npy" or (array.ndim > 0 and array.shape[0] == count)
+    if not batch and whole and stacked:
+        raise InputError(f"{path}: input '{tensor.name}' needs shape {list(tensor.shape)}, "
+                         f"and the file holds {count} of them",
+                         hint="add --batch to run each of them")
+    return array
+
+
 class Run(Command):
     name = "run"
     help = "run a project on its board: send inputs, print and save outputs (builds if needed)"
@@ -536,7 +557,8 @@ class Run(Command):
             tensor = find_input(inputs, name, f"--input {name}")
             if tensor.name in arrays:
                 raise InputError(f"--input {name}: input '{tensor.name}' is given twice")
-            arrays[tensor.name] = load_input_file(path, tensor.dtype)
+            arrays[tensor.name] = samples_of(load_input_file(path, tensor.dtype), tensor, path,
+                                             args.batch)
         if args.batch:
             counts = {len(a) for a in arrays.values()}
             if len(counts) != 1:

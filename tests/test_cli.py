@@ -75,6 +75,36 @@ def test_bad_input_file_is_one_line(tmp_path, capsys):
     assert "not a microtvm-gen project" in capsys.readouterr().err
 
 
+def test_several_samples_in_one_file_point_at_batch_and_batch_runs_them(tmp_path, capsys):
+    """A stacked .npy or a raw file of several samples without --batch: one line whose hint
+    is --batch; following it runs each sample (a raw file is cut into samples)."""
+    import numpy as np
+
+    project = tmp_path / "p"
+    assert main(["generate", str(YES_NO / "model.tar"), "--board", "host", "-o",
+                 str(project)]) == 0
+    yes = np.fromfile(YES_NO / "yes_0a2b400e_nohash_0.raw", dtype=np.int8)
+    no = np.fromfile(YES_NO / "no_0a2b400e_nohash_0.raw", dtype=np.int8)
+    stacked, raw = tmp_path / "three.npy", tmp_path / "three.raw"
+    np.save(stacked, np.stack([yes, no, yes]).reshape(3, 1, 1960))
+    np.concatenate([yes, no, yes]).tofile(raw)
+    capsys.readouterr()
+    for path in (stacked, raw):
+        argv = ["run", str(project), "--input", f"Reshape_1={path}", "--json"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "holds 3 of them" in err and "hint: add --batch" in err
+        assert len(err.strip().splitlines()) == 1
+        assert main([*argv, "--batch"]) == 0
+        samples = json.loads(capsys.readouterr().out)["samples"]
+        scores = [list(s["outputs"].values())[0] for s in samples]
+        assert len(scores) == 3 and scores[0] == scores[2] != scores[1]
+    odd = tmp_path / "odd.raw"
+    odd.write_bytes(raw.read_bytes() + b"\x00")
+    assert main(["run", str(project), "--input", f"Reshape_1={odd}", "--batch"]) == 2
+    assert "not a whole number of samples of 1960 bytes" in capsys.readouterr().err
+
+
 def test_run_time_units_follow_the_board():
     """-icount boards count instructions (1 per 2**shift virtual ns), the host ns, a real
     board's CPU-clock timer cycles."""
