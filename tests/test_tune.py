@@ -312,3 +312,26 @@ def test_ctrl_c_then_rerun_continues_without_measuring_again(tmp_path):
     measured = [(e["task"], e["candidate"]) for e in log if not e.get("cached")]
     assert len(measured) == len(set(measured)) == 6
     assert summary["measured"] == 6 - len(first)
+
+
+def test_a_physical_board_that_is_not_there_fails_before_any_build(tmp_path, capsys):
+    """tune on a physical board with nothing plugged in: one line, exit 2, within seconds,
+    nothing built and the log as it was (a later run, board plugged in, measures all)."""
+    from generator.boards import load_board
+    from generator.cli import main
+    from generator.device.serial_ports import connected_ports
+
+    board = "nucleo-f746zg"
+    if connected_ports([load_board(board)]):
+        pytest.skip(f"a {board} is connected: this test needs it absent")
+    model = REPO / "tests" / "fixtures" / "models" / "hello_world" / "hello_world_int8.tflite"
+    out = tmp_path / "tuning"
+    out.mkdir()
+    (out / "log.jsonl").write_text('{"earlier": "entry"}\n')
+    started = time.monotonic()
+    assert main(["tune", str(model), "--board", board, "--trials", "4", "-o", str(out)]) == 2
+    assert time.monotonic() - started < 5
+    err = capsys.readouterr().err
+    assert f"no {board} is connected" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in out.iterdir()) == ["log.jsonl"]
+    assert (out / "log.jsonl").read_text() == '{"earlier": "entry"}\n'

@@ -59,6 +59,10 @@ class Link:
         tool started it, wait)."""
         raise NotImplementedError
 
+    def check_reachable(self, board: Board, serial_number: str | None = None) -> None:
+        """Raise (one line) when no device for `board` can be opened now: checked before
+        long work (a tuning run's builds) that ends on the device."""
+
 
 class HostProcess(Link):
     """The firmware is a program of this machine, its link its stdin/stdout."""
@@ -93,6 +97,9 @@ class Qemu(Link):
         return Device(qemu_argv(board, elf), f"QEMU ({board.name})",
                       stops_at_end_of_input=self.stops_at_end_of_input)
 
+    def check_reachable(self, board, serial_number=None):
+        qemu_binary(board)
+
 
 class SerialPort(Link):
     """A physical board, flashed first, whose link is the serial port of its debug probe
@@ -107,6 +114,11 @@ class SerialPort(Link):
         from generator.link.serial_link import SerialLink
 
         return SerialLink(find_board_port(board, serial_number).device)
+
+    def check_reachable(self, board, serial_number=None):
+        from generator.device.serial_ports import find_board_port
+
+        find_board_port(board, serial_number)
 
 
 LINKS: dict[str, type[Link]] = {k.name: k for k in (HostProcess, Qemu, SerialPort)}
@@ -128,14 +140,20 @@ def link_of(board: Board) -> Link:
     return link_named(board.link)
 
 
-def qemu_argv(board: Board, elf: Path) -> list[str]:
+def qemu_binary(board: Board) -> str:
+    """The board's QEMU program on PATH (else a one-line error naming its package)."""
     assert board.qemu is not None
     binary = shutil.which(board.qemu.binary)
     if binary is None:
         package = QEMU_PACKAGES.get(board.qemu.binary, "qemu-system-misc")
         raise ToolchainError(f"board '{board.name}' needs {board.qemu.binary}, which is not on "
                              "PATH", hint=f"apt-get install {package}")
-    argv = [binary, "-M", board.qemu.machine, "-cpu", board.qemu.cpu,
+    return binary
+
+
+def qemu_argv(board: Board, elf: Path) -> list[str]:
+    assert board.qemu is not None
+    argv = [qemu_binary(board), "-M", board.qemu.machine, "-cpu", board.qemu.cpu,
             "-display", "none", "-monitor", "none", "-nodefaults", "-nic", "user,restrict=on",
             "-chardev", "stdio,id=link,mux=off,signal=off", "-serial", "chardev:link",
             "-semihosting-config", "enable=on,target=native",

@@ -93,11 +93,20 @@ def tune_model(model: Path, board: str, trials: int, out_dir: Path, *, batch_siz
     """Tune every task of `model` on `board`; results in `out_dir`."""
     from generator.boards import load_board
 
-    load_board(board)
+    _require_device(load_board(board), devices)
     tasks = extract_tasks(Path(model), shapes)
     return tune_tasks(tasks, board, trials, out_dir, batch_size=batch_size, config=config,
                       progress=progress, seed=seed, model=str(model), devices=devices,
                       parallel=parallel)
+
+
+def _require_device(board, devices) -> None:
+    """Measuring on this machine's own device (no tracker): that device is there (a physical
+    board plugged in, the board's QEMU installed) before the first build, not after it."""
+    if devices is None:
+        from generator.device.links import link_of
+
+        link_of(board).check_reachable(board)
 
 
 def tune_tasks(tasks: list[Task], board: str, trials: int, out_dir: Path, *,
@@ -111,7 +120,7 @@ def tune_tasks(tasks: list[Task], board: str, trials: int, out_dir: Path, *,
 
     if trials < 1 or batch_size < 1 or parallel < 1:
         raise InputError("--trials, --batch and --parallel must be at least 1")
-    load_board(board)  # an unknown board is refused before anything runs
+    _require_device(load_board(board), devices)  # before anything runs
     start = time.monotonic()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
