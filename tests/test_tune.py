@@ -127,6 +127,8 @@ def test_tune_measures_checks_and_resumes(tmp_path):
     again = tune_tasks([_task()], BOARD, 8, tmp_path, batch_size=8)
     assert (again.counters.builds, again.counters.measured) == (0, 0)
     assert _log(tmp_path) == log
+    # Nothing measured this time, and still the untuned time the first run recorded.
+    assert again.tasks[0].reference_secs == summary.reference_secs
 
     more = tune_tasks([_task()], BOARD, 12, tmp_path, batch_size=8)
     assert more.counters.builds == 1 and more.counters.measured == 4

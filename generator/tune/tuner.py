@@ -25,14 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
-from generator.errors import InputError
+from generator.errors import ExportError, InputError
 from generator.export.lower import last_line
 from generator.tune.builder import CACHED
 from generator.tune.interrupt import catching_interrupts
 from generator.tune.interrupt import check as check_interrupt
 from generator.tune.log import LOG_NAME, TuneLog, candidate_hash
 from generator.tune.measure import BatchBuilder, Counters, DeviceRunner, Measurer
-from generator.tune.records import RECORDS_NAME, Record, append_record, plain
+from generator.tune.records import RECORDS_NAME, Record, append_record, plain, read_records
 from generator.tune.runner import EvaluatorConfig
 from generator.tune.space import tune_context
 from generator.tune.tasks import Task, extract_tasks
@@ -129,11 +129,30 @@ def tune_tasks(tasks: list[Task], board: str, trials: int, out_dir: Path, *,
                          model, devices, parallel, start)
 
 
+def _earlier_references(out_dir: Path, tasks: list[Task]) -> dict[str, float]:
+    """The untuned kernels' times an earlier run of this directory recorded (a resumed run
+    may measure no batch of a task, and still reports what the task was untuned)."""
+    if not (out_dir / RECORDS_NAME).is_file():
+        return {}
+    try:
+        records = read_records(out_dir).records
+    except ExportError:  # nothing valid there yet
+        return {}
+    found: dict[str, float] = {}
+    for task in tasks:
+        times = [r.reference_secs for r in records
+                 if r.workload == task.workload and r.reference_secs is not None]
+        if times:
+            found[task.name] = min(times)
+    return found
+
+
 def _tune_all(tasks, board, trials, out_dir, batch_size, config, progress, seed, model,
               devices, parallel, start) -> TuneSummary:
     log = TuneLog.open(out_dir)
     measurer = Measurer(board, out_dir, log, config or EvaluatorConfig(seed=seed),
                         devices=devices, parallel=parallel, say=progress)
+    measurer.reference_secs.update(_earlier_references(out_dir, tasks))
     summary = TuneSummary(model, board, out_dir, trials, counters=measurer.counters)
     shares = budgets(tasks, trials)
     carry = 0  # trials earlier tasks could not use (their space ran out): the later ones get them
