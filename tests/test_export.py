@@ -407,3 +407,33 @@ def test_the_skipped_tir_passes_change_no_byte_of_the_kernels(tmp_path, monkeypa
     lean = kernels(tmp_path / "lean.tar")
     monkeypatch.setattr(lower, "SKIPPED_PASSES", ())
     assert kernels(tmp_path / "whole.tar") == lean
+
+
+def _conv_model_with_a_dynamic_input(path: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [2, 1, 3, 3], [0.5] * 18)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"])], "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+def test_input_shapes_are_checked_and_tvm_prints_nothing(tmp_path, capsys):
+    """--input-shape against the model's own fixed shape: one line, before TVM runs; where
+    the model leaves the shape open and TVM's converter fails on it, what TVM prints stays
+    off stdout and the error is one line."""
+    dest = tmp_path / "m.tar"
+    assert main(["export", str(MNIST / "mnist-8.onnx"), "--input-shape", "Input3=1,28,28",
+                 "-o", str(dest)]) == 2
+    out, err = capsys.readouterr()
+    assert "the model fixes that input's shape at [1, 1, 28, 28]" in err
+    assert "hint: leave out --input-shape Input3" in err and out == ""
+    conv = _conv_model_with_a_dynamic_input(tmp_path / "conv.onnx")
+    assert main(["export", str(conv), "--input-shape", "x=1,8,8", "-o", str(dest)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "cannot import this model" in err and "Conv" in err
+    assert not dest.exists()

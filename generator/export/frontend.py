@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import tempfile
@@ -74,15 +75,25 @@ def _import_onnx(path: Path, shapes: dict[str, tuple[int, ...]]):
     shape_dict = {}
     for inp in real_inputs:
         dims = inp.type.tensor_type.shape.dim
+        fixed = ([d.dim_value for d in dims]
+                 if all(d.HasField("dim_value") and d.dim_value > 0 for d in dims) else None)
         if inp.name in shapes:
-            shape_dict[inp.name] = list(shapes[inp.name])
-        elif all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
-            shape_dict[inp.name] = [d.dim_value for d in dims]
+            given = list(shapes[inp.name])
+            if fixed is not None and given != fixed:
+                raise ExportError(f"{path}: --input-shape {inp.name}="
+                                  f"{','.join(map(str, given))}, but the model fixes that "
+                                  f"input's shape at {fixed}",
+                                  hint=f"leave out --input-shape {inp.name}")
+            shape_dict[inp.name] = given
+        elif fixed is not None:
+            shape_dict[inp.name] = fixed
         else:
             raise ExportError(f"{path}: input '{inp.name}' has a dynamic shape",
                               hint=f"give it with --input-shape {inp.name}=D1,D2,...")
-    mod = from_onnx(model, shape_dict=shape_dict, keep_params_in_input=False,
-                    sanitize_input_names=False)
+    # TVM's converter prints what it cannot convert on stdout; the error says it in one line.
+    with contextlib.redirect_stdout(io.StringIO()):
+        mod = from_onnx(model, shape_dict=shape_dict, keep_params_in_input=False,
+                        sanitize_input_names=False)
     return mod, [o.name for o in model.graph.output]
 
 
