@@ -18,7 +18,15 @@ import numpy as np
 import pytest
 
 from generator.cli import main
-from tests.conftest import BOARDS, QEMU_BOARDS, REPO, host_driven_project, serve_device_pid
+from tests.conftest import (
+    BOARDS,
+    QEMU_BOARDS,
+    REPO,
+    YES_NO,
+    host_driven_project,
+    serve_device_pid,
+    shared_path,
+)
 from tests.test_rpc_tracker import _free_port, _start_tracker, _stop_tracker
 
 tvm = pytest.importorskip("tvm")
@@ -163,6 +171,31 @@ def test_serve_refuses_a_standalone_project(tmp_path, capsys):
     assert main(["serve", str(tmp_path / "p")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "standalone project" in err and "host-driven" in err
+
+
+def test_serve_on_a_standalone_project_hints_a_step_that_works(tmp_path, capsys):
+    """The hint follows the archive: with a system library, generating it host-driven works
+    (and the hint says so); without one, that generate is refused, so the hint says to export
+    the model operator by operator instead."""
+    plain = tmp_path / "plain"
+    assert main(["generate", str(YES_NO / "model.tar"), "--board", "host", "-o", str(plain)]) == 0
+    capsys.readouterr()
+    assert main(["serve", str(plain)]) == 2
+    err = capsys.readouterr().err
+    assert "'--style operator'" in err and "generate model.tar again" not in err
+    assert main(["generate", str(YES_NO / "model.tar"), "--board", "host", "-o",
+                 str(tmp_path / "refused"), "--project-type", "host-driven"]) == 2
+    capsys.readouterr()
+
+    syslib = shared_path("mlf", "snu-conv-graph-syslib-params-tvm0.18", "model.tar")
+    standalone = tmp_path / "standalone"
+    assert main(["generate", str(syslib), "--board", "host", "-o", str(standalone)]) == 0
+    capsys.readouterr()
+    assert main(["serve", str(standalone)]) == 2
+    assert "hint: generate model.tar again with '--project-type host-driven'" in \
+        capsys.readouterr().err
+    assert main(["generate", str(syslib), "--board", "host", "-o", str(tmp_path / "followed"),
+                 "--project-type", "host-driven"]) == 0
 
 
 def test_serve_rejects_bad_options(project, capsys):

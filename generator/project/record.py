@@ -67,6 +67,8 @@ def new_record(backend: str, board: Board, archive: MlfArchive, archive_name: st
             "name": module.name,
             "executor": module.executor,
             "entry": module.entry,
+            # Functions callable by name (host-driven projects need them), from the archive.
+            "system_library": module.registry is not None,
             "inputs": [_tensor_json(t) for t in module.inputs],
             "outputs": [_tensor_json(t) for t in module.outputs],
             "workspace_size_bytes": module.workspace_size_bytes,

@@ -85,8 +85,17 @@ class ServeOptions:
 def host_driven_project(project_dir: Path) -> dict:
     project = load_project(project_dir)
     if project.get("project_type") != HOST_DRIVEN:
+        callable_by_name = project.get("module", {}).get("system_library")
+        archive = project.get("archive", {}).get("name", "the archive")
+        hint = (f"generate {archive} again with '--project-type host-driven'"
+                if callable_by_name else
+                "'run' runs a standalone project; to serve it, export the model with "
+                "'--style operator' and generate that archive with '--project-type host-driven'"
+                if callable_by_name is False else
+                "generate with '--project-type host-driven' (an archive with a system library) "
+                "or export with '--style operator' first")
         raise ProjectError(f"{project_dir} is a standalone project; 'serve' needs a host-driven "
-                           "one", hint="generate with '--project-type host-driven'")
+                           "one", hint=hint)
     return project
 
 
