@@ -29,6 +29,7 @@ class BuildResult:
     executor: str = "aot"
     storage_bytes_needed: int = 0  # graph executor: storage the graph needs
     storage_bytes_reserved: int = 0  # and what the firmware holds (its symbol's size)
+    model_pool_bytes: int = 0  # activations in the model code's own static pools (MLF v8)
 
     def to_json(self) -> dict:
         return {"elf": str(self.elf), "sanitize": self.sanitize,
@@ -37,7 +38,8 @@ class BuildResult:
                 "workspace_size_bytes": self.workspace_size_bytes,
                 "executor": self.executor,
                 "storage_bytes_needed": self.storage_bytes_needed,
-                "storage_bytes_reserved": self.storage_bytes_reserved}
+                "storage_bytes_reserved": self.storage_bytes_reserved,
+                "model_pool_bytes": self.model_pool_bytes}
 
 
 def board_ram(board: Board) -> tuple[int, int] | None:
@@ -63,6 +65,7 @@ def _result(project_dir: Path, project: dict, board: Board, elf: Path,
     symbols = symbol_sizes(elf, {ARENA_SYMBOL, STORAGE_SYMBOL})
     result = BuildResult(project_dir, elf, size, sanitize, symbols.get(ARENA_SYMBOL, 0),
                          module["workspace_size_bytes"], module["executor"],
-                         module.get("storage_bytes", 0), symbols.get(STORAGE_SYMBOL, 0))
+                         module.get("storage_bytes", 0), symbols.get(STORAGE_SYMBOL, 0),
+                         sum(p["size_bytes"] for p in module.get("pools", []) if p["internal"]))
     info_path.write_text(json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n")
     return result

@@ -475,6 +475,9 @@ class Build(Command):
                       f"the graph needs {result.storage_bytes_needed} B")
                 print(f"workspace arena {_fmt_bytes(result.arena_bytes)} reserved (largest "
                       "operator workspace + alignment)")
+            elif result.model_pool_bytes and not result.arena_bytes:
+                print(f"activations {_fmt_bytes(result.model_pool_bytes)} in the model code's "
+                      "own static pool (in the RAM above); no runtime workspace arena")
             else:
                 print(f"workspace arena {_fmt_bytes(result.arena_bytes)} reserved for "
                       f"{_fmt_bytes(result.workspace_size_bytes)} the archive says it needs")

@@ -128,3 +128,21 @@ def test_run_time_units_follow_the_board():
     assert timing(real, 1000, 1_000_000).unit == "ticks"  # a timer off the CPU clock
     no_icount = replace(qemu, qemu=replace(qemu.qemu, icount_shift=None))
     assert timing(no_icount, 1000, 25_000_000).unit == "ticks"
+
+
+def test_build_says_where_an_exported_models_activations_live(tmp_path, capsys):
+    """An exported model keeps its activations in a static pool of its own code: `build`
+    says so (it said "workspace arena 0 B reserved for 32 B the archive says it needs")."""
+    model = REPO / "tests" / "fixtures" / "models" / "hello_world" / "hello_world_int8.tflite"
+    archive, project = tmp_path / "m.tar", tmp_path / "p"
+    assert main(["export", str(model), "-o", str(archive)]) == 0
+    assert main(["generate", str(archive), "--board", "host", "-o", str(project)]) == 0
+    pool = sum(p["size_bytes"] for p in
+               json.loads((project / "project.json").read_text())["module"]["pools"])
+    capsys.readouterr()
+    assert main(["build", str(project)]) == 0
+    out = capsys.readouterr().out
+    assert f"activations {pool} B in the model code's own static pool" in out
+    assert "arena 0 B reserved" not in out
+    assert main(["build", str(project), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model_pool_bytes"] == pool

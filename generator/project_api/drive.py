@@ -65,7 +65,7 @@ def last_build(project_dir: Path) -> BuildResult:
     return BuildResult(project_dir.resolve(), Path(data["elf"]), SizeReport(**size),
                        data["sanitize"], data["arena_bytes"], data["workspace_size_bytes"],
                        data["executor"], data["storage_bytes_needed"],
-                       data["storage_bytes_reserved"])
+                       data["storage_bytes_reserved"], data.get("model_pool_bytes", 0))
 
 
 def flash_project(project_dir: Path, options: dict) -> None:
