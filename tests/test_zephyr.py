@@ -469,3 +469,24 @@ def test_host_driven_stock_client(tmp_path, zephyr_tree, operators_archive, zboa
     check_operators(remote, np.random.default_rng(3))
     times = time_vadd(remote)
     assert len(times) == 3 and all(t > 0 for t in times)
+
+
+def test_zephyr_builds_use_this_python_and_name_a_missing_module(tmp_path):
+    """Zephyr's scripts run in the tool's own interpreter (not `python3` from PATH), and a
+    module missing there is the error, not CMake's "Error finding board" that follows it."""
+    import sys
+
+    from generator.project.zephyr import build_commands, build_failure
+
+    env = {"PATH": str(tmp_path)}  # no west: plain CMake
+    configure = build_commands(tmp_path / "p", tmp_path / "b", "nucleo_f746zg", tmp_path, env)[0]
+    assert f"-DPython3_EXECUTABLE={sys.executable}" in configure
+    log = ["-- Zephyr version: 4.1.0", "Traceback (most recent call last):",
+           "ModuleNotFoundError: No module named 'pykwalify'",
+           "CMake Error at cmake/modules/boards.cmake:196 (message):",
+           "  Error finding board: nucleo_f746zg"]
+    error = build_failure(log, tmp_path / "p", tmp_path / "build.log")
+    assert "Python module 'pykwalify' is missing from " + sys.executable in error.one_line()
+    assert f"{sys.executable} -m pip install" in (error.hint or "")
+    plain = build_failure(log[3:], tmp_path / "p", tmp_path / "build.log")
+    assert "Error finding board" in plain.one_line()

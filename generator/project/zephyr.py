@@ -13,8 +13,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,15 +239,37 @@ def in_west_workspace(zephyr_base: Path, env: dict[str, str]) -> bool:
 
 def build_commands(project_dir: Path, build_dir: Path, board: str, zephyr_base: Path,
                    env: dict[str, str]) -> list[list[str]]:
-    """`west build` in a west workspace, else CMake + Ninja (configure only once)."""
+    """`west build` in a west workspace, else CMake + Ninja (configure only once). Zephyr's
+    build scripts run in the interpreter this tool runs in (Python3_EXECUTABLE), not in
+    whichever `python3` comes first on PATH."""
+    python = f"-DPython3_EXECUTABLE={sys.executable}"
     if in_west_workspace(zephyr_base, env):
-        return [["west", "build", "-b", board, "-d", str(build_dir), str(project_dir)]]
+        return [["west", "build", "-b", board, "-d", str(build_dir), str(project_dir), "--",
+                 python]]
     commands = []
     if not (build_dir / "CMakeCache.txt").exists():
         commands.append(["cmake", "-G", "Ninja", "-S", str(project_dir), "-B", str(build_dir),
-                         f"-DBOARD={board}"])
+                         f"-DBOARD={board}", python])
     commands.append(["cmake", "--build", str(build_dir)])
     return commands
+
+
+_MISSING_MODULE_RE = re.compile(r"No module named '([\w.]+)'")
+
+
+def build_failure(lines: list[str], project_dir: Path, log: Path) -> ToolchainError:
+    """The one line a failed Zephyr build is reported with: a Python module missing from the
+    build's interpreter is the cause wherever it appears (CMake's own error that follows it,
+    e.g. "Error finding board", is only its consequence); else the log's first error."""
+    missing = next((m.group(1) for m in map(_MISSING_MODULE_RE.search, lines) if m), None)
+    if missing is not None:
+        return ToolchainError(f"Zephyr build failed: Python module '{missing}' is missing from "
+                              f"{sys.executable}, which runs Zephyr's build scripts "
+                              f"(full log: {log})",
+                              hint=f"{sys.executable} -m pip install -r "
+                                   "$ZEPHYR_BASE/scripts/requirements-base.txt")
+    return ToolchainError(f"Zephyr build failed: {first_error(lines, project_dir)} "
+                          f"(full log: {log})")
 
 
 def build_zephyr(project_dir: Path, project: dict, build_dir: Path, log: Path,
@@ -272,9 +296,7 @@ def build_zephyr(project_dir: Path, project: dict, build_dir: Path, log: Path,
             proc = subprocess.run(cmd, cwd=project_dir, env=env, stdout=out,
                                   stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT)
         if proc.returncode != 0:
-            lines = log.read_text(errors="replace").splitlines()
-            raise ToolchainError(f"Zephyr build failed: {first_error(lines, project_dir)} "
-                                 f"(full log: {log})")
+            raise build_failure(log.read_text(errors="replace").splitlines(), project_dir, log)
     elf = build_dir / FIRMWARE
     shutil.copyfile(build_dir / ZEPHYR_ELF, elf)
     return elf
