@@ -146,3 +146,38 @@ def test_build_says_where_an_exported_models_activations_live(tmp_path, capsys):
     assert "arena 0 B reserved" not in out
     assert main(["build", str(project), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["model_pool_bytes"] == pool
+
+
+def test_ctrl_c_during_run_is_one_line_and_exit_130(tmp_path):
+    """Ctrl-C in a terminal signals the whole process group: `run` (and its Project API
+    server, and the firmware) stop with exit 130 and one line; no traceback from the server
+    child, no process left."""
+    import os
+    import signal
+    import time
+
+    import numpy as np
+
+    from tests.conftest import leaked_processes
+
+    project = tmp_path / "p"
+    assert main(["generate", str(YES_NO / "model.tar"), "--board", "host", "-o",
+                 str(project)]) == 0
+    assert main(["build", str(project)]) == 0
+    one = np.fromfile(YES_NO / "yes_0a2b400e_nohash_0.raw", dtype=np.int8).reshape(1, 1960)
+    many = tmp_path / "many.npy"
+    np.save(many, np.repeat(one[None], 2000, axis=0))
+    proc = subprocess.Popen([sys.executable, "-m", "generator", "run", str(project), "--batch",
+                             "--input", f"Reshape_1={many}"], cwd=REPO, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "sample 20/" in line:
+            break
+    os.killpg(proc.pid, signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 130
+    assert "Traceback" not in rest and "microtvm-gen: interrupted" in rest
+    time.sleep(0.5)
+    assert not leaked_processes(os.getpid(), tmp_path)

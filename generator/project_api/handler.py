@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -332,11 +333,17 @@ def serve_directory(server_dir: Path, argv: list[str] | None = None) -> int:
     parser.add_argument("--write-fd", type=int, required=True)
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
+    # Ctrl-C in a terminal reaches the whole process group; the client owns the session and
+    # ends it (its end of the pipe closes), so the server does not stop halfway through a
+    # reply with a traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     server = ProjectServer(server_dir)
     reader = os.fdopen(args.read_fd, "rb")
     writer = os.fdopen(args.write_fd, "wb", buffering=0)
     try:
         serve_lines(reader, writer, server, describe_error)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the client went away mid-reply: nothing left to answer
     finally:
         server.close_transport()
     return 0
