@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from time import monotonic
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from generator.toolchain import BUILD_DIR, FIRMWARE
 
 BOOT_TIMEOUT = 60.0
 REPLY_TIMEOUT = 120.0
+PROGRESS_SECONDS = 1.0  # --batch: at most one "sample i/n" line a second (and the first, the last)
 # The mtvg/status.h names of what the model's run function and the application may return
 # (anything else is the generated code's own status, passed on).
 RUN_STATUSES = ("MTVG_OK", "MTVG_FAILED", "MTVG_ACCEL_RUN_FAILED")
@@ -200,9 +202,12 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
         counted = any(a.get("counters") for a in project.get("accelerators", []))
         counters = []
         before = client.counters() if counted else {}
+        shown = -PROGRESS_SECONDS
         for n, sample_bytes in enumerate(encoded):
-            if progress and len(encoded) > 1:
-                progress(f"sample {n + 1}/{len(encoded)}")
+            if progress and len(encoded) > 1 and (
+                    n in (0, len(encoded) - 1) or monotonic() - shown >= PROGRESS_SECONDS):
+                progress(f"sample {n + 1}/{len(encoded)}")  # a line a second, not one a sample
+                shown = monotonic()
             for index, data in enumerate(sample_bytes):
                 client.set_input(index, data)
             result = client.run()

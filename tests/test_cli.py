@@ -173,8 +173,9 @@ def test_ctrl_c_during_run_is_one_line_and_exit_130(tmp_path):
                             start_new_session=True)
     assert proc.stderr is not None
     for line in proc.stderr:
-        if "sample 20/" in line:
+        if "sample 1/" in line:
             break
+    time.sleep(0.5)  # well inside the 2,000 samples (about 8 s)
     os.killpg(proc.pid, signal.SIGINT)
     rest = proc.stderr.read()
     assert proc.wait(timeout=60) == 130
