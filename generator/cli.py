@@ -23,6 +23,8 @@ from generator.errors import InputError, MtgError
 if TYPE_CHECKING:  # numpy is loaded by the commands that read or print tensors
     import numpy as np
 
+    from generator.run import TensorSpec
+
 EXIT_OK = 0
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -505,21 +507,21 @@ def load_input_file(path: Path, dtype: str) -> np.ndarray:
     return raw.astype(dtype)
 
 
-def samples_of(array: np.ndarray, tensor, path: Path, batch: bool) -> np.ndarray:
+def samples_of(array: np.ndarray, tensor: TensorSpec, path: Path, batch: bool) -> np.ndarray:
     """An input file's array as the run takes it: with --batch, one sample per row (a raw
     file's bytes cut into samples of the input's size); without, refused with the hint to
     use --batch when it holds several samples' worth."""
     per_sample = max(1, tensor.size_bytes // array.dtype.itemsize)
-    whole = array.size % per_sample == 0 and array.size // per_sample > 1
-    if batch and path.suffix != ".npy":
-        if array.size % per_sample:
+    count, rest = divmod(array.size, per_sample)
+    raw = path.suffix != ".npy"
+    if batch and raw:
+        if rest:
             raise InputError(f"{path}: {array.size * array.dtype.itemsize} bytes are not a "
                              f"whole number of samples of {tensor.size_bytes} bytes "
                              f"(input '{tensor.name}')")
         return array.reshape(-1, *tensor.shape)
-    count = array.size // per_sample
-    stacked = path.suffix != ".npy" or (array.ndim > 0 and array.shape[0] == count)
-    if not batch and whole and stacked:
+    stacked = raw or (array.ndim > 0 and array.shape[0] == count)
+    if not batch and not rest and count > 1 and stacked:
         raise InputError(f"{path}: input '{tensor.name}' needs shape {list(tensor.shape)}, "
                          f"and the file holds {count} of them",
                          hint="add --batch to run each of them")

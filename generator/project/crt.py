@@ -62,12 +62,12 @@ class CrtBackend(TemplateBackend):
         return cmake_build(project_dir, board, sanitize, progress)
 
 
-def first_configure(configure: list[str], project_dir: Path, build_dir: Path, compiler: str,
-                    log: Path) -> None:
+def first_configure(cmake: str, options: list[str], project_dir: Path, build_dir: Path,
+                    compiler: str, log: Path) -> None:
     """The build directory's first configure, from a seed of CMake's compiler checks when one
     matches (generator/cmake_seed.py); one that fails with a seed runs again without."""
-    plain = [a for a in configure if a not in ("-S", "-B", str(project_dir), str(build_dir))]
-    seed = cmake_seed.seed_for(project_dir, plain, compiler)
+    configure = [cmake, "-S", str(project_dir), "-B", str(build_dir), *options]
+    seed = cmake_seed.seed_for(project_dir, [cmake, *options], compiler)
     extra = cmake_seed.plant(seed, project_dir, build_dir)
     if extra:
         try:
@@ -103,18 +103,18 @@ def cmake_build(project_dir: Path, board: Board, sanitize: bool | None,
                                                   "compiler_cache": cache}) + "\n")
     log = build_dir / "build.log"
     log.write_text("")
-    configure = [cmake_program(), "-S", str(project_dir), "-B", str(build_dir),
-                 "-DCMAKE_BUILD_TYPE=", f"-DMTVG_SANITIZE={'ON' if sanitize else 'OFF'}"]
+    options = ["-DCMAKE_BUILD_TYPE=", f"-DMTVG_SANITIZE={'ON' if sanitize else 'OFF'}"]
     ninja = ninja_program()
     if ninja:
-        configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
+        options += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
     if cache:
-        configure.append(f"-DCMAKE_C_COMPILER_LAUNCHER={cache}")
+        options.append(f"-DCMAKE_C_COMPILER_LAUNCHER={cache}")
     # Cross boards: the project's CMakeLists picks up its cmake/toolchain.cmake by itself.
     if progress:
         progress("configuring")
     if not (build_dir / "CMakeCache.txt").exists():
-        first_configure(configure, project_dir, build_dir, board.tool("gcc"), log)
+        first_configure(cmake_program(), options, project_dir, build_dir, board.tool("gcc"),
+                        log)
     if progress:
         progress("compiling")
     try:

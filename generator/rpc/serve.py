@@ -85,18 +85,24 @@ class ServeOptions:
 def host_driven_project(project_dir: Path) -> dict:
     project = load_project(project_dir)
     if project.get("project_type") != HOST_DRIVEN:
-        callable_by_name = project.get("module", {}).get("system_library")
-        archive = project.get("archive", {}).get("name", "the archive")
-        hint = (f"generate {archive} again with '--project-type host-driven'"
-                if callable_by_name else
-                "'run' runs a standalone project; to serve it, export the model with "
-                "'--style operator' and generate that archive with '--project-type host-driven'"
-                if callable_by_name is False else
-                "generate with '--project-type host-driven' (an archive with a system library) "
-                "or export with '--style operator' first")
         raise ProjectError(f"{project_dir} is a standalone project; 'serve' needs a host-driven "
-                           "one", hint=hint)
+                           "one", hint=_host_driven_hint(project))
     return project
+
+
+def _host_driven_hint(project: dict) -> str:
+    """The step that gets a servable project from this one's archive: generating it again
+    host-driven works only when the archive has a system library (project.json says; older
+    records do not)."""
+    callable_by_name = project.get("module", {}).get("system_library")
+    if callable_by_name:
+        archive = project.get("archive", {}).get("name", "the archive")
+        return f"generate {archive} again with '--project-type host-driven'"
+    if callable_by_name is False:
+        return ("'run' runs a standalone project; to serve it, export the model with "
+                "'--style operator' and generate that archive with '--project-type host-driven'")
+    return ("generate with '--project-type host-driven' (an archive with a system library) "
+            "or export with '--style operator' first")
 
 
 def started_by_serve(project: dict) -> bool:
