@@ -14,12 +14,21 @@ DATA_PACKAGES = {"generator._templates": "templates", "generator._boards": "boar
 DATA_FILES = ["**/*.py", "**/*.sh", "**/*.j2", "**/*.c", "**/*.h", "**/*.ld", "**/*.S",
               "**/*.toml", "**/*.json", "**/*.cmake", "**/*.md"]
 
+
+def data_packages() -> list[str]:
+    """The two data packages and every folder under them (setuptools warns about a folder
+    it would ship that is not a listed package)."""
+    return [name + sub for name, folder in DATA_PACKAGES.items()
+            for sub in ["", *("." + p for p in find_namespace_packages(
+                where=folder, exclude=["__pycache__", "*.__pycache__"]))]]
+
+
 setup(
     # Namespace discovery, as pyproject's packages.find did: generator/project has no
     # __init__.py.
     packages=[*find_namespace_packages(include=["generator", "generator.*"],
                                        exclude=["*.__pycache__", *DATA_PACKAGES]),
-              *DATA_PACKAGES],
+              *data_packages()],
     package_dir=DATA_PACKAGES,
     # Accelerator plugins carry their drivers' C next to their Python.
     package_data={**{name: DATA_FILES for name in DATA_PACKAGES},
