@@ -89,19 +89,26 @@ static void plic_acknowledge(void) {
 int mtvg_link_read(uint8_t* buf, size_t n) {
   for (size_t i = 0u; i < n; ++i) {
     while ((MTVG_UART_LSR & MTVG_UART_LSR_DATA_READY) == 0u) {
-      __asm__ volatile("wfi" ::: "memory");
+      plic_acknowledge();
+      if ((MTVG_UART_LSR & MTVG_UART_LSR_DATA_READY) == 0u) {
+        __asm__ volatile("wfi" ::: "memory");
+      }
     }
     buf[i] = MTVG_UART_RBR;
-    plic_acknowledge();
   }
   return MTVG_OK;
 }
 
 int mtvg_link_write(const uint8_t* buf, size_t n) {
-  for (size_t i = 0u; i < n; ++i) {
+  size_t i = 0u;
+  while (i < n) {
     while ((MTVG_UART_LSR & MTVG_UART_LSR_THR_EMPTY) == 0u) {
     }
-    MTVG_UART_THR = buf[i];
+    /* THRE with the FIFOs on: the whole transmit FIFO is free. */
+    size_t end = (n - i > MTVG_UART_FIFO_BYTES) ? i + MTVG_UART_FIFO_BYTES : n;
+    for (; i < end; ++i) {
+      MTVG_UART_THR = buf[i];
+    }
   }
   return MTVG_OK;
 }

@@ -30,13 +30,14 @@
 #define MTVG_UART_LSR MTVG_REG8(MTVG_UART0_BASE + 5u) /* line status */
 
 #define MTVG_UART_IER_RX_AVAILABLE 0x01u
-#define MTVG_UART_FCR_ENABLE_AND_CLEAR 0x07u /* FIFOs on, both cleared */
+#define MTVG_UART_FCR_ENABLE_AND_CLEAR 0xC7u /* FIFOs on, both cleared, RX trigger at 14 bytes */
 #define MTVG_UART_LCR_DLAB 0x80u
 #define MTVG_UART_LCR_8N1 0x03u
 #define MTVG_UART_MCR_DTR_RTS_OUT2 0x0Bu
 #define MTVG_UART_LSR_DATA_READY 0x01u
 #define MTVG_UART_LSR_THR_EMPTY 0x20u
 #define MTVG_UART_LSR_TX_IDLE 0x40u /* holding register and shifter empty */
+#define MTVG_UART_FIFO_BYTES 16u      /* each FIFO's depth */
 #define MTVG_UART_IRQ 10u           /* its PLIC source on virt */
 
 /* ---- PLIC ----------------------------------------------------------------------------- */
