@@ -307,7 +307,7 @@ def test_link_faults_are_detected_and_recovered(device_elf):
     link = FaultyLink(device_elf, seed=20261121, spacing=1500)
     deadline = 3.0
     timeouts = SessionTimeouts(start=deadline, start_retry=0.05, reply=deadline,
-                               retransmit=0.005, retransmit_max=0.05,
+                               retransmit=0.002, retransmit_max=0.02,
                                initial_bytes_per_second=1e7)  # a pipe, not a UART
     rng = np.random.default_rng(7)
     session = None
