@@ -45,15 +45,21 @@ def digit(d: int) -> np.ndarray:
     return np.asarray(img).astype("float32").reshape(1, 1, 28, 28)
 
 
+_llvm_vms: dict[Path, object] = {}
+
+
 def tvm_llvm_outputs(model: Path, samples: list[np.ndarray]) -> list[np.ndarray]:
-    """The same model through TVM 0.27's own llvm build and Relax VM."""
+    """The same model through TVM 0.27's own llvm build and Relax VM (built once per model:
+    each board's test asks for the same reference)."""
     import tvm
     from tvm import relax
 
     from generator.export.frontend import import_model
 
-    mod, _ = import_model(model, {})
-    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    if model not in _llvm_vms:
+        mod, _ = import_model(model, {})
+        _llvm_vms[model] = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    vm = _llvm_vms[model]
     return [vm["main"](tvm.runtime.tensor(x)).numpy() for x in samples]
 
 

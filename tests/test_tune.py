@@ -288,7 +288,7 @@ def test_ctrl_c_then_rerun_continues_without_measuring_again(tmp_path):
     require_board_tools(BOARD)
     out = tmp_path / "tuning"
     argv = [sys.executable, "-m", "generator", "tune", str(model), "--board", BOARD,
-            "--trials", "6", "--batch", "1", "-o", str(out)]
+            "--trials", "3", "--batch", "1", "-o", str(out)]
     proc = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             text=True)
     assert proc.stderr is not None
@@ -301,9 +301,13 @@ def test_ctrl_c_then_rerun_continues_without_measuring_again(tmp_path):
     assert proc.wait(timeout=120) == 130, rest
     assert "interrupted" in rest
     first = _log(out)
-    assert 1 <= len(first) < 6
-    time.sleep(1)  # serve's device gets SIGTERM, then SIGKILL, as serve exits
-    assert not leaked_processes(os.getpid(), tmp_path)  # no serve, firmware or build left
+    assert 1 <= len(first) < 3
+    # serve's device gets SIGTERM, then SIGKILL, as serve exits: no serve, firmware or build
+    # may be left a few seconds later.
+    deadline = time.monotonic() + 5
+    while leaked_processes(os.getpid(), tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not leaked_processes(os.getpid(), tmp_path)
 
     done = subprocess.run(argv + ["--json"], cwd=REPO, capture_output=True, text=True,
                           timeout=900)
@@ -312,8 +316,8 @@ def test_ctrl_c_then_rerun_continues_without_measuring_again(tmp_path):
     log = _log(out)
     assert log[:len(first)] == first
     measured = [(e["task"], e["candidate"]) for e in log if not e.get("cached")]
-    assert len(measured) == len(set(measured)) == 6
-    assert summary["measured"] == 6 - len(first)
+    assert len(measured) == len(set(measured)) == 3
+    assert summary["measured"] == 3 - len(first)
 
 
 def test_a_physical_board_that_is_not_there_fails_before_any_build(tmp_path, capsys):
