@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from generator import __version__
 from generator.errors import InputError, MtgError
+from generator.outpaths import DIRECTORY, FILE, check_output
 
 if TYPE_CHECKING:  # numpy is loaded by the commands that read or print tensors
     import numpy as np
@@ -208,10 +209,9 @@ class Export(Command):
             raise ExportError("--tuning-records applies to full-model exports")
         tuning = TuningRecords.load(args.tuning_records) if args.tuning_records else None
 
+        check_output(args.output, "-o", FILE, inputs=[args.model])
         if args.output.exists() and not args.force:
             raise ExportError(f"{args.output} exists; pass --force to replace it")
-        if args.output.exists() and not args.output.is_file():
-            raise ExportError(f"{args.output} exists and is not a file")
         shapes = frontend.parse_shape_overrides(args.input_shape)
         progress(f"importing {args.model.name} and compiling with TVM")
         if args.style == "operator":
@@ -365,6 +365,8 @@ class Generate(Command):
 
         if not args.archive.exists():
             raise InputError(f"{args.archive}: no such file or directory")
+        check_output(args.output, "-o", DIRECTORY,
+                     inputs=[args.archive, *([args.template] if args.template else [])])
         with_accelerator_path(args.accelerator_path)
         options = {"board": args.board, "project_type": args.project_type,
                    "module": args.module, "force": args.force or None,
@@ -554,6 +556,8 @@ class Run(Command):
         from generator.run import TensorSpec, find_input, run_project
 
         project = load_project(args.project)
+        if args.output_dir is not None:
+            check_output(args.output_dir, "--output-dir", DIRECTORY)
         inputs = [TensorSpec.from_json(t) for t in project["module"]["inputs"]]
         arrays = {}
         for spec in args.input:
@@ -761,6 +765,7 @@ class Tune(Command):
 
         if args.number < 1 or args.repeat < 1:
             raise InputError("--number and --repeat must be at least 1")
+        check_output(args.output, "-o", DIRECTORY, inputs=[args.model])
         shapes = frontend.parse_shape_overrides(args.input_shape)
         config = EvaluatorConfig(number=args.number, repeat=args.repeat, seed=args.seed)
         devices, parallel = None, args.parallel or 1
