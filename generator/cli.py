@@ -575,14 +575,11 @@ class Run(Command):
             samples = [{k: v[i] for k, v in arrays.items()} for i in range(counts.pop())]
         else:
             samples = [arrays]
-        report = run_project(args.project, samples, args.output_dir, progress=progress,
-                             sanitize=args.sanitize)
-        if args.json:
-            self.emit_json(report.to_json())
-            return EXIT_OK
-        for i, (outs, res, time) in enumerate(zip(report.outputs, report.results,
-                                                  report.timings, strict=True)):
-            prefix = f"[{i}] " if len(report.outputs) > 1 else ""
+        several = len(samples) > 1
+
+        def show(i, outs, res, time, counters) -> None:
+            """A sample's lines, printed as it finishes (Ctrl-C keeps what was shown)."""
+            prefix = f"[{i}] " if several else ""
             for name, value in outs.items():
                 flat = value.reshape(-1)
                 shown = numpy.array2string(flat[:16], separator=",", max_line_width=10**6)
@@ -596,10 +593,20 @@ class Run(Command):
                             f"{time.tick_hz:,} Hz)")
             print(f"{prefix}run time {measured}, workspace peak "
                   f"{_fmt_bytes(res.workspace_peak)}")
-            counters = report.counters[i] if i < len(report.counters) else {}
             for accel, counts in counters.items():
                 listed = ", ".join(f"{k} {v:,}" for k, v in counts.items())
                 print(f"{prefix}accelerator {accel}: {listed}")
+            sys.stdout.flush()
+
+        report = run_project(args.project, samples, args.output_dir, progress=progress,
+                             sanitize=args.sanitize, on_sample=None if args.json else show)
+        interrupted = (f"interrupted after {len(report.outputs)} of {report.requested} "
+                       "samples; their outputs are kept")
+        if args.json:
+            self.emit_json(report.to_json())
+            if report.interrupted:
+                print(f"microtvm-gen: {interrupted}", file=sys.stderr)
+            return EXIT_INTERRUPTED if report.interrupted else EXIT_OK
         print(f"flash {_fmt_bytes(report.flash_bytes)}, RAM {_fmt_bytes(report.ram_bytes)} "
               f"static (board {report.board})")
         if report.storage_bytes:
@@ -607,6 +614,9 @@ class Run(Command):
                   "reserved")
         for path in report.output_files:
             print(f"wrote {path}")
+        if report.interrupted:
+            print(f"microtvm-gen: {interrupted}", file=sys.stderr)
+            return EXIT_INTERRUPTED
         return EXIT_OK
 
 

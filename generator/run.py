@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import monotonic
@@ -122,6 +123,8 @@ class RunReport:
     timings: list[Timing] = field(default_factory=list)  # one per sample
     # Accelerator counters of each sample's run: {accelerator: {counter: value}}.
     counters: list[dict[str, dict[str, int]]] = field(default_factory=list)
+    requested: int = 0  # samples asked for; fewer in `outputs` when interrupted
+    interrupted: bool = False  # Ctrl-C: the samples finished before it are kept
 
     def to_json(self) -> dict:
         samples = []
@@ -137,7 +140,8 @@ class RunReport:
         return {"board": self.board, "samples": samples, "flash_bytes": self.flash_bytes,
                 "ram_bytes": self.ram_bytes, "arena_bytes": self.arena_bytes,
                 "storage_bytes": self.storage_bytes, "storage_used_bytes": self.storage_used,
-                "output_files": [str(p) for p in self.output_files]}
+                "output_files": [str(p) for p in self.output_files],
+                "samples_requested": self.requested, "interrupted": self.interrupted}
 
 
 def prepare_input(spec: TensorSpec, array: np.ndarray, origin: str) -> bytes:
@@ -159,9 +163,17 @@ def ensure_built(project_dir: Path, progress=None, sanitize: bool | None = None)
     return build(project_dir, sanitize=sanitize, progress=progress)
 
 
+# on_sample(index, outputs, result, timing, counters): a sample finished on the device.
+SampleCallback = Callable[[int, dict, RunResult, Timing, dict], None]
+
+
 def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
                 output_dir: Path | None = None, progress=None,
-                sanitize: bool | None = None) -> RunReport:
+                sanitize: bool | None = None,
+                on_sample: SampleCallback | None = None) -> RunReport:
+    """Run `samples` on the project's device. Ctrl-C (KeyboardInterrupt) after a sample
+    finished ends the run early: the report holds the finished samples (`interrupted`),
+    and their outputs are written; before the first, it propagates."""
     project = load_project(project_dir)
     inputs = [TensorSpec.from_json(d) for d in project["module"]["inputs"]]
     outputs = [TensorSpec.from_json(d) for d in project["module"]["outputs"]]
@@ -200,43 +212,57 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
                 or hello.output_sizes != [s.size_bytes for s in outputs]:
             raise DeviceError("the firmware does not match project.json; rebuild the project")
         counted = any(a.get("counters") for a in project.get("accelerators", []))
-        counters = []
+        counters: list[dict] = []
         before = client.counters() if counted else {}
         shown = -PROGRESS_SECONDS
-        for n, sample_bytes in enumerate(encoded):
-            if progress and len(encoded) > 1 and (
-                    n in (0, len(encoded) - 1) or monotonic() - shown >= PROGRESS_SECONDS):
-                progress(f"sample {n + 1}/{len(encoded)}")  # a line a second, not one a sample
-                shown = monotonic()
-            for index, data in enumerate(sample_bytes):
-                client.set_input(index, data)
-            result = client.run()
-            if result.status != abi.constant("MTVG_OK"):
-                status = abi.describe_status(result.status, RUN_STATUSES)
-                raise DeviceError(f"the model returned status {status} on the device"
-                                  + (f": {result.message}" if result.message else ""))
-            results.append(result)
-            if counted:
-                after = client.counters()
-                counters.append(_difference(after, before))
-                before = after
-            outs = {}
-            for index, spec in enumerate(outputs):
-                raw = client.get_output(index, spec.size_bytes)
-                outs[spec.name] = np.frombuffer(raw, dtype=np.dtype(spec.dtype).newbyteorder("<")
-                                                ).astype(spec.dtype).reshape(spec.shape)
-            all_outputs.append(outs)
-        client.quit(0)
-        status = device.wait(timeout=BOOT_TIMEOUT)
-        if status != abi.constant("MTVG_EXIT_OK"):
-            raise DeviceError(f"{device.description} exited with status "
-                              f"{abi.describe_status(status, EXIT_STATUSES)}")
+        interrupted = False
+        try:
+            for n, sample_bytes in enumerate(encoded):
+                if progress and len(encoded) > 1 and (
+                        n in (0, len(encoded) - 1) or monotonic() - shown >= PROGRESS_SECONDS):
+                    progress(f"sample {n + 1}/{len(encoded)}")  # a line a second at most
+                    shown = monotonic()
+                for index, data in enumerate(sample_bytes):
+                    client.set_input(index, data)
+                result = client.run()
+                if result.status != abi.constant("MTVG_OK"):
+                    status = abi.describe_status(result.status, RUN_STATUSES)
+                    raise DeviceError(f"the model returned status {status} on the device"
+                                      + (f": {result.message}" if result.message else ""))
+                sample_counters = {}
+                if counted:
+                    after = client.counters()
+                    sample_counters = _difference(after, before)
+                    before = after
+                outs = {}
+                for index, spec in enumerate(outputs):
+                    raw = client.get_output(index, spec.size_bytes)
+                    outs[spec.name] = np.frombuffer(
+                        raw, dtype=np.dtype(spec.dtype).newbyteorder("<")
+                    ).astype(spec.dtype).reshape(spec.shape)
+                results.append(result)
+                if counted:
+                    counters.append(sample_counters)
+                all_outputs.append(outs)
+                if on_sample:
+                    on_sample(n, outs, result, timing(board, result.ticks, result.hz),
+                              sample_counters)
+        except KeyboardInterrupt:
+            if not all_outputs:
+                raise
+            interrupted = True  # the device is stopped as the block ends, mid-request
+        if not interrupted:
+            client.quit(0)
+            status = device.wait(timeout=BOOT_TIMEOUT)
+            if status != abi.constant("MTVG_EXIT_OK"):
+                raise DeviceError(f"{device.description} exited with status "
+                                  f"{abi.describe_status(status, EXIT_STATUSES)}")
     report = RunReport(board.name, all_outputs, results, size.flash, size.ram,
                        project["module"]["arena_bytes"], storage_bytes=hello.storage_bytes,
                        storage_used=hello.storage_used,
                        timings=[timing(board, r.ticks, r.hz) for r in results],
-                       counters=counters)
-    if output_dir is not None:
+                       counters=counters, requested=len(encoded), interrupted=interrupted)
+    if output_dir is not None and all_outputs:
         output_dir.mkdir(parents=True, exist_ok=True)
         for spec in outputs:
             stacked = (all_outputs[0][spec.name] if len(all_outputs) == 1
