@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from generator.tune.interrupt import STOPPING
 from tests.conftest import REPO, SHARED, leaked_processes, require_board_tools
 
 BOARD = "host"
@@ -280,8 +281,9 @@ def test_cli_refuses_an_unknown_board_in_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_then_rerun_continues_without_measuring_again(tmp_path):
-    """SIGINT after the first batch: exit 130, no device left running, the log intact; the
-    same command then finishes the trials and measures no candidate a second time."""
+    """Ctrl-C (SIGINT to the process group) after the first batch: "stopping" said at once,
+    exit 130 within 2 s, no traceback, no device left running, the log intact; the same
+    command then finishes the trials and measures no candidate a second time."""
     model = SHARED / "fixtures" / "models" / "hello_world" / "hello_world_int8.tflite"
     if not model.exists():
         pytest.skip(f"needs {model}")
@@ -290,16 +292,21 @@ def test_ctrl_c_then_rerun_continues_without_measuring_again(tmp_path):
     argv = [sys.executable, "-m", "generator", "tune", str(model), "--board", BOARD,
             "--trials", "3", "--batch", "1", "-o", str(out)]
     proc = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            text=True)
+                            text=True, start_new_session=True)
     assert proc.stderr is not None
     deadline = time.monotonic() + 600
     for line in proc.stderr:
         if "trials, best" in line or time.monotonic() > deadline:
             break
-    proc.send_signal(signal.SIGINT)
+    signalled = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=120) == 130
+    took = time.monotonic() - signalled
     rest = proc.stderr.read()
-    assert proc.wait(timeout=120) == 130, rest
-    assert "interrupted" in rest
+    assert "Traceback" not in rest, rest
+    assert rest.splitlines()[0] == "microtvm-gen: " + STOPPING, rest
+    assert rest.splitlines()[-1] == "microtvm-gen: interrupted", rest
+    assert took < 2.0, f"tune took {took:.2f} s to stop"
     first = _log(out)
     assert 1 <= len(first) < 3
     # serve's device gets SIGTERM, then SIGKILL, as serve exits: no serve, firmware or build

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from generator.errors import ExportError, MtgError
 from generator.export.operators import export_operators
+from generator.tune.interrupt import check as check_interrupt
 from generator.tune.log import TuneLog, candidate_hash
 from generator.tune.tasks import Task
 
@@ -68,6 +69,7 @@ def build_batch(task: Task, mods: list, board: str, work_dir: Path, log: TuneLog
             exported = export_operators(funcs, batch_dir / "ops.tar", module=MODULE,
                                         shrink=False)
         except ExportError:  # one candidate TVM cannot compile: find it, build the rest
+            check_interrupt()  # or Ctrl-C, which TVM turned into an error on its way out
             funcs = _compilable(funcs, result, index_of)
             if len(funcs) <= 1:
                 shutil.rmtree(batch_dir)
@@ -78,6 +80,7 @@ def build_batch(task: Task, mods: list, board: str, work_dir: Path, log: TuneLog
         generate(batch_dir / "ops.tar", board, project, project_type=HOST_DRIVEN)
         build(project)
     except MtgError as exc:
+        check_interrupt()
         for name in funcs:
             if name != REFERENCE:
                 result.errors[index_of[name]] = f"build failed: {exc.one_line()}"
@@ -108,6 +111,7 @@ def _compilable(funcs: dict, result: BuiltBatch, index_of: dict[str, int]) -> di
 
     kept = {}
     for name, func in funcs.items():
+        check_interrupt()
         try:
             compile_plain_kernels({name: func}, "tvmgen_check_", shrink=False)
             kept[name] = func

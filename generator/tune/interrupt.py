@@ -12,22 +12,28 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 _interrupted = threading.Event()
 
+STOPPING = ("Ctrl-C: stopping; the log keeps every finished measurement, and the same "
+            "command continues from it")
+
 
 @contextmanager
-def catching_interrupts() -> Iterator[None]:
+def catching_interrupts(announce: Callable[[str], None] | None = None) -> Iterator[None]:
     """SIGINT sets the flag (and raises KeyboardInterrupt as usual) inside the block; an
     error leaving the block after SIGINT (a KeyboardInterrupt that TVM turned into a
-    RuntimeError on its way out of a callback) leaves as KeyboardInterrupt."""
+    RuntimeError on its way out of a callback) leaves as KeyboardInterrupt. The first
+    SIGINT is announced at once (the way out may wait for a TVM compile to return)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame) -> None:
+        if announce is not None and not _interrupted.is_set():
+            announce(STOPPING)
         _interrupted.set()
         raise KeyboardInterrupt
 

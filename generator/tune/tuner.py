@@ -124,7 +124,7 @@ def tune_tasks(tasks: list[Task], board: str, trials: int, out_dir: Path, *,
     start = time.monotonic()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with catching_interrupts():
+    with catching_interrupts(progress):
         return _tune_all(tasks, board, trials, out_dir, batch_size, config, progress, seed,
                          model, devices, parallel, start)
 
