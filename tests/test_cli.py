@@ -196,3 +196,37 @@ def test_ctrl_c_during_run_is_one_line_and_exit_130(tmp_path, board):
     while leaked_processes(os.getpid(), tmp_path) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not leaked_processes(os.getpid(), tmp_path)
+
+
+def test_ctrl_c_during_build_is_one_line_and_exit_130(tmp_path):
+    """Ctrl-C while the compiler runs (ccache off, so it does run): the compilers stop with
+    their process group, the Project API server child says nothing, the CLI one line, exit
+    130; no process left; the next build finishes the job."""
+    import os
+    import signal
+    import time
+
+    from tests.conftest import leaked_processes, require_board_tools
+
+    board = "qemu-mps2-an385"
+    require_board_tools(board)
+    project = tmp_path / "p"
+    assert main(["generate", str(YES_NO / "model.tar"), "--board", board, "-o",
+                 str(project)]) == 0
+    proc = subprocess.Popen([sys.executable, "-m", "generator", "build", str(project)],
+                            cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, env={**os.environ, "CCACHE_DISABLE": "1"})
+    assert proc.stderr is not None and proc.stdout is not None
+    for line in proc.stderr:
+        if "compiling" in line:
+            break
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    err = proc.stderr.read()
+    assert "Traceback" not in err and err.strip().splitlines() == ["microtvm-gen: interrupted"]
+    assert "built" not in proc.stdout.read()
+    deadline = time.monotonic() + 5
+    while leaked_processes(os.getpid(), tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not leaked_processes(os.getpid(), tmp_path)
+    assert main(["build", str(project)]) == 0

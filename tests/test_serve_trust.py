@@ -53,7 +53,8 @@ class Serve:
         with self.log.open("wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "generator", "serve", str(project), "--port", "0",
-                 "--json", *args], stdout=subprocess.PIPE, stderr=err, cwd=REPO)
+                 "--json", *args], stdout=subprocess.PIPE, stderr=err, cwd=REPO,
+                start_new_session=True)  # a process group of its own, as in a terminal
         line = self.proc.stdout.readline()
         if not line:
             self.proc.wait(timeout=EXIT_TIMEOUT)
@@ -164,6 +165,18 @@ def test_a_stop_signal_stops_the_device(serve, project, signum):
     assert f"stopped by {signal.Signals(signum).name}" in s.stderr()
     with pytest.raises(CLOSED):
         vadd_works(remote)
+
+
+def test_ctrl_c_in_a_terminal_stops_serve_and_its_device(serve, project):
+    """Ctrl-C signals the whole process group (serve, its Project API server, the device):
+    exit 130, no traceback from any of them, the device gone."""
+    s = serve()
+    device = s.device_pid()
+    vadd_works(tvm.rpc.connect("127.0.0.1", s.port))
+    os.killpg(s.proc.pid, signal.SIGINT)
+    assert s.wait() == 128 + signal.SIGINT
+    assert gone_within(device, 5.0), f"device process {device} outlived serve"
+    assert "Traceback" not in s.stderr(), s.stderr()
 
 
 def test_a_killed_serve_takes_its_device_along(serve):
