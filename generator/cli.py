@@ -2,7 +2,9 @@
 
 One small class per subcommand (name, help, arguments, do_run). Errors of the tool's own
 types become one line on stderr and exit code 2, in exactly one place: `main`.
-Results go to stdout (text, or JSON with --json); progress goes to stderr.
+Results go to stdout (text, or JSON with --json). Progress lines go to stdout with the text
+results, so an error is the only line on stderr; with --json (stdout is the JSON) they go to
+stderr.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from generator import __version__
+from generator import __version__, hints
 from generator.errors import InputError, MtgError
 from generator.outpaths import DIRECTORY, FILE, check_output
 
@@ -31,8 +33,12 @@ EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 
 
+_progress_stream = "stdout"  # set by main() for each command: "stderr" with --json
+
+
 def progress(message: str) -> None:
-    print(f"microtvm-gen: {message}", file=sys.stderr, flush=True)
+    stream = sys.stderr if _progress_stream == "stderr" else sys.stdout
+    print(f"microtvm-gen: {message}", file=stream, flush=True)
 
 
 def _fmt_bytes(n: int) -> str:
@@ -526,7 +532,7 @@ def samples_of(array: np.ndarray, tensor: TensorSpec, path: Path, batch: bool) -
     if not batch and not rest and count > 1 and stacked:
         raise InputError(f"{path}: input '{tensor.name}' needs shape {list(tensor.shape)}, "
                          f"and the file holds {count} of them",
-                         hint="add --batch to run each of them")
+                         hint=hints.batch())
     return array
 
 
@@ -844,6 +850,8 @@ def main(argv: list[str] | None = None) -> int:
     if command is None:
         parser.print_help(sys.stderr)
         return EXIT_USER_ERROR
+    global _progress_stream
+    _progress_stream = "stderr" if getattr(args, "json", False) else "stdout"
     try:
         return command.do_run(args)
     except MtgError as exc:

@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from generator import hints
 from generator.errors import ExportError
 
 SUFFIXES = {".onnx": "onnx", ".tflite": "tflite"}
@@ -28,6 +29,11 @@ def parse_shape_overrides(items: list[str]) -> dict[str, tuple[int, ...]]:
             raise ExportError(f"--input-shape '{item}': dimensions must be positive")
         shapes[name] = shape
     return shapes
+
+
+def known_dims(dims) -> list[int | None]:
+    """An ONNX input's dimensions: the fixed sizes, None where the model leaves it open."""
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims]
 
 
 def import_model(path: Path, shapes: dict[str, tuple[int, ...]]):
@@ -83,13 +89,13 @@ def _import_onnx(path: Path, shapes: dict[str, tuple[int, ...]]):
                 raise ExportError(f"{path}: --input-shape {inp.name}="
                                   f"{','.join(map(str, given))}, but the model fixes that "
                                   f"input's shape at {fixed}",
-                                  hint=f"leave out --input-shape {inp.name}")
+                                  hint=hints.fixed_shape(inp.name))
             shape_dict[inp.name] = given
         elif fixed is not None:
             shape_dict[inp.name] = fixed
         else:
             raise ExportError(f"{path}: input '{inp.name}' has a dynamic shape",
-                              hint=f"give it with --input-shape {inp.name}=D1,D2,...")
+                              hint=hints.input_shape(inp.name, known_dims(dims)))
     # TVM's converter prints what it cannot convert on stdout; the error says it in one line.
     with contextlib.redirect_stdout(io.StringIO()):
         mod = from_onnx(model, shape_dict=shape_dict, keep_params_in_input=False,

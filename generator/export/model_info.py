@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from generator import hints
 from generator.cnames import c_identifiers
 from generator.errors import ExportError, MtgError
 
@@ -260,8 +261,9 @@ def _onnx_info(path: Path) -> ModelInfo:
     inputs, outputs = io[:len(real_inputs)], io[len(real_inputs):]
     for t in inputs:
         if any(isinstance(d, str) for d in t.shape):
+            dims = [d if isinstance(d, int) else None for d in t.shape]
             notes.append(f"input '{shown(t.name)}' has a dynamic shape: export needs "
-                         f"--input-shape {shown(t.name)}=D1,D2,...")
+                         f"{hints.input_shape_option(shown(t.name), dims)}")
     notes += _io_name_notes(names[:len(real_inputs)], names[len(real_inputs):])
     opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")),
                  None)

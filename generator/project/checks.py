@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from generator.boards import Board
+from generator import hints
+from generator.boards import Board, list_boards, load_board
 from generator.errors import UnsupportedModelError
 from generator.mlf.model import ModuleInfo
 from generator.project.sizing import HOST_DRIVEN, STANDALONE
@@ -15,12 +16,12 @@ def check_buildable(module: ModuleInfo, board: Board, origin: str,
         raise UnsupportedModelError(
             f"{origin}: host-driven projects call functions by name through the archive's "
             "system library, and this archive has none",
-            hint="export the model with '--style operator'")
+            hint=hints.operator_style())
     if module.executor == "operator" and project_type != HOST_DRIVEN:
         raise UnsupportedModelError(
             f"{origin}: operator-style archives are for host-driven mode (each operator called "
             "by name with tensors from the host); they hold no model to run as firmware",
-            hint="generate with '--project-type host-driven', or export the whole model")
+            hint=hints.host_driven())
     foreign = [o for o in module.objects if o.arch != board.arch]
     if foreign:
         arches = ", ".join(sorted({o.arch for o in foreign}))
@@ -43,8 +44,13 @@ def check_buildable(module: ModuleInfo, board: Board, origin: str,
             f"{origin}: the model's kernels ({', '.join(dsp)}) use Arm DSP intrinsics "
             f"(<arm_acle.h>, TVM's Cortex-M micro-kernels), and board '{board.name}' has no "
             "DSP extension",
-            hint="choose a Cortex-M4, M7 or M33 board")
+            hint=hints.dsp_board(_boards_with("dsp")))
     if module.unsupported_calls:
         raise UnsupportedModelError(
             f"{origin}: the model's code calls {', '.join(module.unsupported_calls)}, "
             "which needs a full TVM runtime on the device; not supported")
+
+
+def _boards_with(feature: str) -> list[str]:
+    """The board files whose core has `feature` (for a hint naming them)."""
+    return [name for name in list_boards() if feature in load_board(name).features]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from generator import abi
+from generator import abi, hints
 from generator.boards import Board
 from generator.errors import UnsupportedModelError
 from generator.mlf.model import ModuleInfo
@@ -95,7 +95,9 @@ def check_fits(module: ModuleInfo, board: Board, project_type: str = "standalone
     """Refuse a firmware that certainly cannot fit the board's RAM or flash."""
     need = estimate(module, board, project_type)
     where = f"{origin}: " if origin else ""
-    hint = "choose a board with more memory, or a smaller model"
+    if _fits(need, board):
+        return need
+    hint = hints.bigger_board(boards_it_fits(module, project_type, but=board.name))
     if board.ram_bytes is not None and need.ram_bytes + need.stack > board.ram_bytes:
         stack = f" + {need.stack:,} B stack" if need.stack else ""
         raise UnsupportedModelError(
@@ -115,5 +117,38 @@ def check_fits(module: ModuleInfo, board: Board, project_type: str = "standalone
                 f"{where}the firmware cannot be built for board '{board.name}': it needs at "
                 f"least {total:,} B of static data ({_items({**need.ram, **need.flash})}); a "
                 f"program built with gcc's default code model holds at most {limit:,} B",
-                hint="a smaller model")
+                hint=hint)
     return need
+
+
+def _fits(need: MemoryNeed, board: Board) -> bool:
+    """Whether the estimate leaves the board's RAM, flash (and a native program's static
+    data limit) enough room: check_fits's three tests."""
+    if board.ram_bytes is not None and need.ram_bytes + need.stack > board.ram_bytes:
+        return False
+    if board.flash_bytes is not None and need.flash_bytes > board.flash_bytes:
+        return False
+    if board.is_native and board.ram_bytes is None:
+        limit = NATIVE_STATIC_LIMIT.get(board.arch, NATIVE_STATIC_LIMIT_DEFAULT)
+        return need.ram_bytes + need.flash_bytes <= limit
+    return True
+
+
+def boards_it_fits(module: ModuleInfo, project_type: str, but: str = "") -> list[str]:
+    """The board files (other than `but`) that can build the module and have the memory."""
+    from generator.boards import list_boards, load_board
+    from generator.errors import MtgError
+    from generator.project.checks import check_buildable
+
+    found = []
+    for name in list_boards():
+        if name == but:
+            continue
+        board = load_board(name)
+        try:
+            check_buildable(module, board, "", project_type)
+        except MtgError:
+            continue
+        if _fits(estimate(module, board, project_type), board):
+            found.append(name)
+    return found

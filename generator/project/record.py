@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from generator import RUNTIME_ABI_VERSION, __version__
+from generator import RUNTIME_ABI_VERSION, __version__, hints
 from generator.boards import Board
 from generator.errors import ProjectError
 from generator.mlf.model import MlfArchive, ModuleInfo, TensorInfo
@@ -104,7 +104,7 @@ def load_project(project_dir: Path) -> dict:
     path = project_dir / PROJECT_FILE
     if not path.is_file():
         raise ProjectError(f"{project_dir} is not a microtvm-gen project (no {PROJECT_FILE})",
-                           hint="run 'microtvm-gen generate' first")
+                           hint=hints.generate_first())
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:

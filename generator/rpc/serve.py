@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from generator import hints
 from generator.errors import InputError, ProjectError
 from generator.link.session import Link, SessionTimeouts
 from generator.project.backends import board_of_project
@@ -96,11 +97,9 @@ def _host_driven_hint(project: dict) -> str:
     records do not)."""
     callable_by_name = project.get("module", {}).get("system_library")
     if callable_by_name:
-        archive = project.get("archive", {}).get("name", "the archive")
-        return f"generate {archive} again with '--project-type host-driven'"
+        return hints.serve_host_driven(project.get("archive", {}).get("name", "the archive"))
     if callable_by_name is False:
-        return ("'run' runs a standalone project; to serve it, export the model with "
-                "'--style operator' and generate that archive with '--project-type host-driven'")
+        return hints.serve_operator_style()
     return ("generate with '--project-type host-driven' (an archive with a system library) "
             "or export with '--style operator' first")
 

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from generator import hints
 from generator.errors import ExportError
+from generator.export.frontend import known_dims
 from generator.export.onnx_qdq import kernels
 from generator.export.quantize import QuantReport
 
@@ -624,7 +626,7 @@ def build(model, where: str, shapes: dict[str, tuple[int, ...]],
             shape = tuple(d.dim_value for d in dims)
         else:
             raise ExportError(f"{where}: input '{inp.name}' has a dynamic shape",
-                              hint=f"give it with --input-shape {inp.name}=D1,D2,...")
+                              hint=hints.input_shape(inp.name, known_dims(dims)))
         name = param_names[n] if param_names else inp.name
         params.append(relax.Var(name, relax.TensorType(shape, "float32")))
     cv = Converter(model, bb)
