@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from generator import __version__, hints
 from generator.errors import InputError, MtgError
 from generator.outpaths import DIRECTORY, FILE, check_output
+from generator.progress import progress, use_stream
 
 if TYPE_CHECKING:  # numpy is loaded by the commands that read or print tensors
     import numpy as np
@@ -33,12 +34,6 @@ EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 
 
-_progress_stream = "stdout"  # set by main() for each command: "stderr" with --json
-
-
-def progress(message: str) -> None:
-    stream = sys.stderr if _progress_stream == "stderr" else sys.stdout
-    print(f"microtvm-gen: {message}", file=stream, flush=True)
 
 
 def _fmt_bytes(n: int) -> str:
@@ -731,7 +726,9 @@ class Flash(Command):
             print(result.note)
         elif result.dry_run:
             if result.note:
-                progress(f"{result.note} (the command has no serial number)")
+                # a warning beside a result that may be piped into a shell: on stderr
+                print(f"microtvm-gen: {result.note} (the command has no serial number)",
+                      file=sys.stderr)
             print(shlex.join(result.argv))
         else:
             where = f" ({result.port})" if result.port else ""
@@ -850,8 +847,7 @@ def main(argv: list[str] | None = None) -> int:
     if command is None:
         parser.print_help(sys.stderr)
         return EXIT_USER_ERROR
-    global _progress_stream
-    _progress_stream = "stderr" if getattr(args, "json", False) else "stdout"
+    use_stream("stderr" if getattr(args, "json", False) else "stdout")
     try:
         return command.do_run(args)
     except MtgError as exc:

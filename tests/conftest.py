@@ -117,6 +117,7 @@ def _isolated_environment(monkeypatch):
     monkeypatch.delenv("ZEPHYR_BASE", raising=False)
     monkeypatch.delenv("MICROTVM_GEN_ROOT", raising=False)
     monkeypatch.delenv("MICROTVM_GEN_ACCELERATOR_PATH", raising=False)
+    monkeypatch.delenv("MICROTVM_GEN_PROGRESS", raising=False)  # main() sets it per command
 
 
 def children(pid: int) -> list[int]:

@@ -217,7 +217,7 @@ def test_ctrl_c_during_build_is_one_line_and_exit_130(tmp_path):
                             cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True, env={**os.environ, "CCACHE_DISABLE": "1"})
     assert proc.stderr is not None and proc.stdout is not None
-    for line in proc.stderr:
+    for line in proc.stdout:  # progress, from the Project API server child too
         if "compiling" in line:
             break
     os.killpg(proc.pid, signal.SIGINT)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from generator import hints
 from generator.errors import ExportError
+from generator.export.onnx_shapes import known_dims
 
 SUFFIXES = {".onnx": "onnx", ".tflite": "tflite"}
 
@@ -29,11 +30,6 @@ def parse_shape_overrides(items: list[str]) -> dict[str, tuple[int, ...]]:
             raise ExportError(f"--input-shape '{item}': dimensions must be positive")
         shapes[name] = shape
     return shapes
-
-
-def known_dims(dims) -> list[int | None]:
-    """An ONNX input's dimensions: the fixed sizes, None where the model leaves it open."""
-    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims]
 
 
 def import_model(path: Path, shapes: dict[str, tuple[int, ...]]):

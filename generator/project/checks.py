@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from generator import hints
 from generator.boards import Board, list_boards, load_board
 from generator.errors import UnsupportedModelError
 from generator.mlf.model import ModuleInfo
 from generator.project.sizing import HOST_DRIVEN, STANDALONE
 
+# The other boards a hint may name, (name, Board) each: the template's own (a Zephyr
+# template names Zephyr boards); by default the board files.
+OtherBoards = Callable[[], list[tuple[str, Board]]]
+
+
+def board_files() -> list[tuple[str, Board]]:
+    return [(name, load_board(name)) for name in list_boards()]
+
 
 def check_buildable(module: ModuleInfo, board: Board, origin: str,
-                    project_type: str = STANDALONE) -> None:
+                    project_type: str = STANDALONE, others: OtherBoards = board_files) -> None:
     """Refuse, with one clear reason, an archive this board cannot run."""
     if project_type == HOST_DRIVEN and module.registry is None:
         raise UnsupportedModelError(
@@ -44,13 +54,8 @@ def check_buildable(module: ModuleInfo, board: Board, origin: str,
             f"{origin}: the model's kernels ({', '.join(dsp)}) use Arm DSP intrinsics "
             f"(<arm_acle.h>, TVM's Cortex-M micro-kernels), and board '{board.name}' has no "
             "DSP extension",
-            hint=hints.dsp_board(_boards_with("dsp")))
+            hint=hints.dsp_board(name for name, b in others() if "dsp" in b.features))
     if module.unsupported_calls:
         raise UnsupportedModelError(
             f"{origin}: the model's code calls {', '.join(module.unsupported_calls)}, "
             "which needs a full TVM runtime on the device; not supported")
-
-
-def _boards_with(feature: str) -> list[str]:
-    """The board files whose core has `feature` (for a hint naming them)."""
-    return [name for name in list_boards() if feature in load_board(name).features]

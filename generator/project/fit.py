@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from generator import abi, hints
 from generator.boards import Board
-from generator.errors import UnsupportedModelError
+from generator.errors import MtgError, UnsupportedModelError
 from generator.mlf.model import ModuleInfo
+from generator.project.checks import OtherBoards, board_files, check_buildable
 from generator.project.sizing import HOST_DRIVEN, arena_bytes_for, rpc_pool_bytes
 
 # Native boards have no [memory] table. With gcc's default (small) code model a program's
@@ -91,13 +92,14 @@ def _items(items: dict[str, int]) -> str:
 
 
 def check_fits(module: ModuleInfo, board: Board, project_type: str = "standalone",
-               origin: str = "") -> MemoryNeed:
-    """Refuse a firmware that certainly cannot fit the board's RAM or flash."""
+               origin: str = "", others: OtherBoards = board_files) -> MemoryNeed:
+    """Refuse a firmware that certainly cannot fit the board's RAM or flash (the hint names
+    the `others` it fits)."""
     need = estimate(module, board, project_type)
     where = f"{origin}: " if origin else ""
     if _fits(need, board):
         return need
-    hint = hints.bigger_board(boards_it_fits(module, project_type, but=board.name))
+    hint = hints.bigger_board(boards_it_fits(module, project_type, others(), but=board.name))
     if board.ram_bytes is not None and need.ram_bytes + need.stack > board.ram_bytes:
         stack = f" + {need.stack:,} B stack" if need.stack else ""
         raise UnsupportedModelError(
@@ -134,17 +136,13 @@ def _fits(need: MemoryNeed, board: Board) -> bool:
     return True
 
 
-def boards_it_fits(module: ModuleInfo, project_type: str, but: str = "") -> list[str]:
-    """The board files (other than `but`) that can build the module and have the memory."""
-    from generator.boards import list_boards, load_board
-    from generator.errors import MtgError
-    from generator.project.checks import check_buildable
-
+def boards_it_fits(module: ModuleInfo, project_type: str, boards: list[tuple[str, Board]],
+                   but: str = "") -> list[str]:
+    """The `boards` (other than `but`) that can build the module and have the memory."""
     found = []
-    for name in list_boards():
-        if name == but:
+    for name, board in boards:
+        if but in (name, board.name):
             continue
-        board = load_board(name)
         try:
             check_buildable(module, board, "", project_type)
         except MtgError:

@@ -121,8 +121,13 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
         names = ", ".join(m.name for m in archive.modules)
         raise ProjectError(f"{archive_path}: no module '{module_name}' (it has: {names})") from None
     kind = resolve_project_type(module, project_type)
-    check_buildable(module, board, str(archive_path), kind)
-    check_fits(module, board, kind, str(archive_path))
+
+    def others() -> list[tuple[str, Board]]:  # the template's boards a hint may name
+        return [(name, backend.template_board(template_dir, name).board)
+                for name in backend.board_names(template_dir) if name != board_name]
+
+    check_buildable(module, board, str(archive_path), kind, others)
+    check_fits(module, board, kind, str(archive_path), others)
     libraries = needed_libraries(module, str(archive_path), cmsis_nn)
     accelerators = project_accelerators(
         module, board, str(archive_path), None if backend.accelerator_drivers else backend.title,

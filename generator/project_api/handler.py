@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
 from generator.errors import MtgError, ProjectError
+from generator.progress import progress
 from generator.project_api.protocol import (
     PROTOCOL_VERSION,
     IoTimeoutError,
@@ -161,7 +161,7 @@ class ProjectServer:
         self._require_project()
         opts = self._options(options, "build")
         build(self.dir, sanitize=opts.get("sanitize"),
-              progress=_progress if opts.get("verbose") else None)
+              progress=progress if opts.get("verbose") else None)
         return None
 
     def flash(self, options: dict) -> None:
@@ -173,7 +173,7 @@ class ProjectServer:
                                serial_number=opts.get("serial_number"),
                                mount=Path(opts["mount"]) if opts.get("mount") else None)
         if result.note:
-            _progress(result.note)
+            progress(result.note)
         return None
 
     def open_transport(self, options: object) -> dict:
@@ -308,8 +308,6 @@ def _left(deadline: float | None) -> float:
     return 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
 
 
-def _progress(text: str) -> None:
-    print(f"microtvm-gen: {text}", file=sys.stderr, flush=True)
 
 
 def describe_error(exc: Exception) -> dict:

@@ -18,8 +18,8 @@ import numpy as np
 
 from generator import hints
 from generator.errors import ExportError
-from generator.export.frontend import known_dims
 from generator.export.onnx_qdq import kernels
+from generator.export.onnx_shapes import known_dims
 from generator.export.quantize import QuantReport
 
 F32 = np.float32
