@@ -9,7 +9,7 @@ from time import monotonic
 
 import numpy as np
 
-from generator import RUNTIME_ABI_VERSION, abi
+from generator import RUNTIME_ABI_VERSION, abi, hints
 from generator.boards import Board
 from generator.build import BuildResult, board_ram, build
 from generator.device.links import link_of
@@ -18,6 +18,7 @@ from generator.errors import DeviceError, InputError
 from generator.link.app_client import AppClient, RunResult
 from generator.mlf.model import c_identifier
 from generator.project.backends import board_of_project
+from generator.project.generate import MODEL_COPY
 from generator.project.record import load_project
 from generator.project_api.drive import project_device
 from generator.toolchain import BUILD_DIR, FIRMWARE
@@ -86,6 +87,12 @@ class Timing:
     ticks: int  # what the board timer read
     tick_hz: int
     seconds: float | None  # real seconds; None when the clock is virtual
+
+    def brief(self) -> str:
+        """Instructions under QEMU -icount (virtual time), else milliseconds."""
+        if self.seconds is None:
+            return f"{self.count:,} {self.unit}"
+        return f"{self.seconds * 1e3:.3f} ms"
 
     def to_json(self) -> dict:
         return {"unit": self.unit, "count": self.count, "ticks": self.ticks,
@@ -163,6 +170,18 @@ def ensure_built(project_dir: Path, progress=None, sanitize: bool | None = None)
     return build(project_dir, sanitize=sanitize, progress=progress)
 
 
+def qemu_twins(board: Board) -> list[str]:
+    """The QEMU board files whose compiler flags name the same core (-mcpu=...)."""
+    from generator.boards import list_boards, load_board
+
+    def core(b: Board) -> set[str]:
+        return {flag for flag in b.cflags if flag.startswith(("-mcpu=", "-march="))}
+
+    mine = core(board)
+    return [name for name in list_boards()
+            if (other := load_board(name)).qemu is not None and mine and core(other) == mine]
+
+
 # on_sample(index, outputs, result, timing, counters): a sample finished on the device.
 SampleCallback = Callable[[int, dict, RunResult, Timing, dict], None]
 
@@ -199,6 +218,11 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
         encoded.append([prepare_input(s, sample[s.name], where) for s in inputs])
 
     board = board_of_project(project)  # a Zephyr board by its Zephyr name
+    if not link_of(board).runs_locally:
+        raise DeviceError(
+            f"'run' drives the boards this machine starts (the host, QEMU); {board.name} is "
+            "flashed, and its firmware greets once at reset, before a host can open the port",
+            hint=hints.run_in_qemu(str(project_dir / MODEL_COPY), qemu_twins(board)))
     all_outputs: list[dict[str, np.ndarray]] = []
     results: list[RunResult] = []
     if progress:

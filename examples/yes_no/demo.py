@@ -39,11 +39,10 @@ def main() -> int:
     except MtgError as exc:
         print(f"demo: error: {exc.one_line()}", file=sys.stderr)
         return 2
-    for name, outs, res in zip(SAMPLES, report.outputs, report.results, strict=True):
+    for name, outs, time in zip(SAMPLES, report.outputs, report.timings, strict=True):
         scores = outs["output"].reshape(-1)
         label = LABELS[int(np.argmax(scores))]
-        print(f"{name}: scores {scores.tolist()} -> \"{label}\" "
-              f"({res.ticks} ticks at {res.hz} Hz)")
+        print(f"{name}: scores {scores.tolist()} -> \"{label}\" ({time.brief()})")
     return 0
 
 
