@@ -132,6 +132,20 @@ def test_serve_events(work, capsys):
 
 
 def test_tune(work, capsys):
+    """A one-operator model (one task), one candidate: the whole summary, quickly."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
     require_board_tools("host")
-    validate("tune", cli_json(capsys, ["tune", str(HELLO), "--board", "host", "--trials", "3",
-                                       "--batch", "3", "-o", str(work / "tuning")]))
+    weights = numpy_helper.from_array(np.ones((16, 8), dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], [weights])
+    model = work / "matmul.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(model))
+    summary = cli_json(capsys, ["tune", str(model), "--board", "host", "--trials", "1",
+                                "-o", str(work / "tuning")])
+    validate("tune", summary)
+    assert len(summary["tasks"]) == 1 and summary["measured"] == 1
