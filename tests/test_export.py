@@ -450,3 +450,40 @@ def test_input_shapes_are_checked_and_tvm_prints_nothing(tmp_path, capsys):
     assert only_our_progress(out) and "cannot import this model" in err and "Conv" in err
     assert len(err.splitlines()) == 1
     assert not dest.exists()
+
+
+# ---- README's export table, from the exports above ------------------------------------------
+
+def _readme_row(label: str) -> list[str]:
+    """The cells of README's export table row whose model column starts with `label`."""
+    for line in (REPO / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0].startswith(label):
+            return cells
+    raise AssertionError(f"README has no export table row for {label}")
+
+
+def _kernels(r) -> str:
+    return f"{r.kernels}" if r.calls == r.kernels else f"{r.kernels} ({r.calls} calls)"
+
+
+def _plan(r) -> str:
+    return f"{r.plan.pool_bytes:,} / {r.plan.lower_bound:,} B"
+
+
+@pytest.mark.parametrize("label,models", [
+    ("mnist-8", [MNIST / "mnist-8.onnx"]),
+    ("hello_world", [HELLO["float"], HELLO["int8"]]),
+    ("mlperftiny_kws", [KWS]),
+    ("magic_wand", [MAGIC_WAND / "magic_wand.tflite"]),
+], ids=["mnist-8", "hello_world", "kws", "magic_wand"])
+def test_readme_export_table_is_what_export_gives(label, models, tmp_path_factory):
+    """Kernels, planned activations against the lower bound, and weights: as export says."""
+    results = [_export(m, tmp_path_factory) for m in models]
+    _, kernels, plan_cell, weights = _readme_row(label)[:4]
+    assert kernels == " / ".join(_kernels(r) for r in results)
+    assert plan_cell == ", ".join(_plan(r) for r in results)
+    if len(results) == 1:
+        assert weights == f"{results[0].constants_bytes:,} B"
+    else:
+        assert weights == " / ".join(f"{r.constants_bytes:,}" for r in results) + " B"

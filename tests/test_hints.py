@@ -17,7 +17,6 @@ from tests.conftest import REPO, YES_NO, require_board_tools, shared_path
 
 MODELS = REPO / "tests" / "fixtures" / "models"
 HELLO = MODELS / "hello_world" / "hello_world_int8.tflite"
-MNIST = REPO / "examples" / "mnist" / "mnist-8.onnx"
 FOLLOWED: set[str] = set()  # filled as the tests below are defined
 
 
@@ -45,6 +44,28 @@ def succeeds(capsys, argv: list[str]) -> None:
 
 
 @pytest.fixture(scope="module")
+def hello(tmp_path_factory) -> dict[str, Path]:
+    """hello_world int8 exported once each way: the whole model, and operator by operator."""
+    out = tmp_path_factory.mktemp("hello")
+    assert main(["export", str(HELLO), "-o", str(out / "whole.tar")]) == 0
+    assert main(["export", str(HELLO), "-o", str(out / "ops.tar"), "--style", "operator"]) == 0
+    return {"whole": out / "whole.tar", "operator": out / "ops.tar"}
+
+
+def tiny_onnx(path: Path, batch: int | str) -> Path:
+    """A Relu over [batch, 8]: a str batch leaves the dimension open."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 8])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
 def host_project(tmp_path_factory) -> Path:
     project = tmp_path_factory.mktemp("hints") / "yes_no"
     assert main(["generate", str(YES_NO / "model.tar"), "--board", "host", "-o",
@@ -63,23 +84,18 @@ def test_batch(host_project, tmp_path, capsys):
 
 
 @followed("operator-style")
-def test_operator_style(tmp_path, capsys):
-    succeeds(capsys, ["export", str(HELLO), "-o", str(tmp_path / "whole.tar")])
-    generate = ["generate", "--board", "host", "--project-type", "host-driven", "-o"]
-    hint = refused_with(capsys, [*generate[:1], str(tmp_path / "whole.tar"), *generate[1:],
-                                 str(tmp_path / "refused")])
+def test_operator_style(hello, tmp_path, capsys):
+    hint = refused_with(capsys, ["generate", str(hello["whole"]), "--board", "host",
+                                 "--project-type", "host-driven", "-o", str(tmp_path / "r")])
     assert hint == hints.operator_style()
-    succeeds(capsys, ["export", str(HELLO), "-o", str(tmp_path / "ops.tar"),
-                      "--style", "operator"])
-    succeeds(capsys, [*generate[:1], str(tmp_path / "ops.tar"), *generate[1:],
-                      str(tmp_path / "followed")])
+    # the step: export with --style operator (the fixture did), then the same generate
+    succeeds(capsys, ["generate", str(hello["operator"]), "--board", "host",
+                      "--project-type", "host-driven", "-o", str(tmp_path / "followed")])
 
 
 @followed("host-driven")
-def test_host_driven(tmp_path, capsys):
-    succeeds(capsys, ["export", str(HELLO), "-o", str(tmp_path / "ops.tar"),
-                      "--style", "operator"])
-    argv = ["generate", str(tmp_path / "ops.tar"), "--board", "host", "--project-type",
+def test_host_driven(hello, tmp_path, capsys):
+    argv = ["generate", str(hello["operator"]), "--board", "host", "--project-type",
             "standalone", "-o", str(tmp_path / "p")]
     assert refused_with(capsys, argv) == hints.host_driven()
     argv[argv.index("standalone")] = "host-driven"
@@ -113,16 +129,7 @@ def test_generate_first(tmp_path, capsys):
 
 @followed("input-shape")
 def test_input_shape(tmp_path, capsys):
-    import onnx
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])])
-    model = tmp_path / "dynamic.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]),
-              str(model))
+    model = tiny_onnx(tmp_path / "dynamic.onnx", "N")
     hint = refused_with(capsys, ["export", str(model), "-o", str(tmp_path / "a.tar")])
     assert hint == hints.input_shape("x", [None, 8])
     option = re.search(r"--input-shape (\S+)", hint).group(1)
@@ -133,9 +140,9 @@ def test_input_shape(tmp_path, capsys):
 
 @followed("fixed-shape")
 def test_fixed_shape(tmp_path, capsys):
-    argv = ["export", str(MNIST), "-o", str(tmp_path / "m.tar")]
-    hint = refused_with(capsys, [*argv, "--input-shape", "Input3=1,1,28,29"])
-    assert hint == hints.fixed_shape("Input3") == "leave out --input-shape Input3"
+    argv = ["export", str(tiny_onnx(tmp_path / "fixed.onnx", 1)), "-o", str(tmp_path / "m.tar")]
+    hint = refused_with(capsys, [*argv, "--input-shape", "x=2,8"])
+    assert hint == hints.fixed_shape("x") == "leave out --input-shape x"
     succeeds(capsys, argv)
 
 
@@ -151,15 +158,13 @@ def test_serve_host_driven(tmp_path, capsys):
 
 
 @followed("serve-operator-style")
-def test_serve_operator_style(tmp_path, capsys):
-    succeeds(capsys, ["export", str(HELLO), "-o", str(tmp_path / "whole.tar")])
-    succeeds(capsys, ["generate", str(tmp_path / "whole.tar"), "--board", "host", "-o",
+def test_serve_operator_style(hello, tmp_path, capsys):
+    succeeds(capsys, ["generate", str(hello["whole"]), "--board", "host", "-o",
                       str(tmp_path / "s")])
     hint = refused_with(capsys, ["serve", str(tmp_path / "s")])
     assert hint == hints.serve_operator_style()
-    succeeds(capsys, ["export", str(HELLO), "-o", str(tmp_path / "ops.tar"),
-                      "--style", "operator"])
-    succeeds(capsys, ["generate", str(tmp_path / "ops.tar"), "--board", "host", "-o",
+    # the step: export with --style operator (the fixture did), generate it host-driven
+    succeeds(capsys, ["generate", str(hello["operator"]), "--board", "host", "-o",
                       str(tmp_path / "hd"), "--project-type", "host-driven"])
     host_driven_project(tmp_path / "hd")
 

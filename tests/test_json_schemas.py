@@ -63,10 +63,25 @@ def work(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("json")
 
 
-def test_export_and_info(work, capsys):
-    validate("export", cli_json(capsys, ["export", str(HELLO), "-o", str(work / "m.tar")]))
-    validate("export (operator style)", cli_json(
-        capsys, ["export", str(HELLO), "-o", str(work / "ops.tar"), "--style", "operator"]))
+@pytest.fixture(scope="module")
+def exported(work) -> dict[str, dict]:
+    """export --json of hello_world int8, both styles (the archives land in `work`)."""
+    import contextlib
+    import io
+
+    printed = {}
+    for style, name in (("full-model", "m.tar"), ("operator", "ops.tar")):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["export", str(HELLO), "-o", str(work / name), "--style", style,
+                         "--json"]) == 0
+        printed[style] = json.loads(out.getvalue())
+    return printed
+
+
+def test_export_and_info(work, exported, capsys):
+    validate("export", exported["full-model"])
+    validate("export (operator style)", exported["operator"])
     archives = [work / "m.tar", work / "ops.tar", YES_NO / "model.tar",
                 REPO / "tests" / "fixtures" / "mlf" / "hannah-magicwand-graph-c-tvm0.11dev"
                 / "model.tar"]
@@ -101,15 +116,13 @@ def test_flash_dry_run(work, capsys):
     validate("flash", cli_json(capsys, ["flash", str(project), "--dry-run"]))
 
 
-def test_serve_events(work, capsys):
+def test_serve_events(work, exported, capsys):
     """serve --json --sessions 1: the listening event, a stock client's session, done."""
     import tvm
 
     require_board_tools("host")
     project = work / "served"
-    assert main(["export", str(HELLO), "-o", str(work / "serve-ops.tar"), "--style",
-                 "operator"]) == 0
-    assert main(["generate", str(work / "serve-ops.tar"), "--board", "host", "-o",
+    assert main(["generate", str(work / "ops.tar"), "--board", "host", "-o",
                  str(project), "--project-type", "host-driven"]) == 0
     proc = subprocess.Popen([sys.executable, "-m", "generator", "serve", str(project),
                              "--port", "0", "--sessions", "1", "--json"], cwd=REPO,
