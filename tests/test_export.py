@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import tarfile
 from pathlib import Path
 
@@ -487,3 +488,44 @@ def test_readme_export_table_is_what_export_gives(label, models, tmp_path_factor
         assert weights == f"{results[0].constants_bytes:,} B"
     else:
         assert weights == " / ".join(f"{r.constants_bytes:,}" for r in results) + " B"
+
+
+# ---- docs/quantization.md's instruction counts, from the kws runs above ----------------------
+
+QUANTIZATION_DOC = REPO / "docs" / "quantization.md"
+
+
+def _cmsis_table_rows() -> dict[str, list[str]]:
+    """The kws table's rows by board ('qemu-mps2-an385 (M3)' → its cells)."""
+    rows = {}
+    for line in QUANTIZATION_DOC.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        found = re.fullmatch(r"(qemu-[\w-]+) \(.*\)", cells[0]) if line.startswith("|") else None
+        if found:
+            rows[found.group(1)] = cells
+    return rows
+
+
+@pytest.mark.parametrize("board", [b for b in HEAVY_BOARDS if b in _cmsis_table_rows()])
+def test_quantization_doc_counts_are_what_kws_takes(board, tmp_path_factory):
+    """The 'ours (generic C)' column: the median instructions per inference over kws's first
+    5 test vectors under -icount (the doc's measure), from the kws test's run above
+    (deterministic: virtual time)."""
+    require_board_tools(board)
+    xs, _ = _kws_inputs()
+    report = _run(KWS, board, [{"input_1": x} for x in xs], tmp_path_factory)
+    median = int(np.median([t.count for t in report.timings[:5]]))
+    assert _cmsis_table_rows()[board][1] == f"{median:,}", \
+        f"docs/quantization.md is stale: kws on {board} takes {median:,} instructions"
+
+
+def test_quantization_doc_kws_after_is_the_m3_median(tmp_path_factory):
+    """The M3 table's 'after' for mlperftiny_kws: the median over all 25 vectors."""
+    require_board_tools("qemu-mps2-an385")
+    xs, _ = _kws_inputs()
+    report = _run(KWS, "qemu-mps2-an385", [{"input_1": x} for x in xs], tmp_path_factory)
+    median = int(np.median([t.count for t in report.timings]))
+    row = next(line for line in QUANTIZATION_DOC.read_text().splitlines()
+               if line.startswith("| mlperftiny_kws |"))
+    assert row.split("|")[4].strip() == f"{median:,}", \
+        f"docs/quantization.md is stale: kws on the M3 takes {median:,} (median of 25)"
