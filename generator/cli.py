@@ -600,7 +600,8 @@ class Run(Command):
             sys.stdout.flush()
 
         report = run_project(args.project, samples, args.output_dir, progress=progress,
-                             sanitize=args.sanitize, on_sample=None if args.json else show)
+                             sanitize=args.sanitize, on_sample=None if args.json else show,
+                             batch=args.batch)
         interrupted = (f"interrupted after {len(report.outputs)} of {report.requested} "
                        "samples; their outputs are kept")
         if args.json:

@@ -189,7 +189,7 @@ SampleCallback = Callable[[int, dict, RunResult, Timing, dict], None]
 def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
                 output_dir: Path | None = None, progress=None,
                 sanitize: bool | None = None,
-                on_sample: SampleCallback | None = None) -> RunReport:
+                on_sample: SampleCallback | None = None, batch: bool = False) -> RunReport:
     """Run `samples` on the project's device. Ctrl-C (KeyboardInterrupt) after a sample
     finished ends the run early: the report holds the finished samples (`interrupted`),
     and their outputs are written; before the first, it propagates."""
@@ -289,8 +289,10 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
     if output_dir is not None and all_outputs:
         output_dir.mkdir(parents=True, exist_ok=True)
         for spec in outputs:
-            stacked = (all_outputs[0][spec.name] if len(all_outputs) == 1
-                       else np.stack([o[spec.name] for o in all_outputs]))
+            # A batch (asked for, or more than one sample) is stacked along a first axis
+            # however many samples finished; a single run is saved as it is.
+            stacked = (np.stack([o[spec.name] for o in all_outputs])
+                       if batch or len(encoded) > 1 else all_outputs[0][spec.name])
             path = output_dir / f"{spec.c_name}.npy"  # a C identifier: a safe file name
             np.save(path, stacked)
             report.output_files.append(path)

@@ -99,6 +99,12 @@ def test_several_samples_in_one_file_point_at_batch_and_batch_runs_them(tmp_path
         samples = json.loads(capsys.readouterr().out)["samples"]
         scores = [list(s["outputs"].values())[0] for s in samples]
         assert len(scores) == 3 and scores[0] == scores[2] != scores[1]
+    # A batch of one is still a batch: its outputs are stacked along a first axis.
+    one = tmp_path / "one.npy"
+    np.save(one, yes.reshape(1, 1, 1960))
+    assert main(["run", str(project), "--input", f"Reshape_1={one}", "--batch",
+                 "--output-dir", str(tmp_path / "out1")]) == 0
+    assert np.load(tmp_path / "out1" / "output.npy").shape == (1, 4)  # the output is [4]
     odd = tmp_path / "odd.raw"
     odd.write_bytes(raw.read_bytes() + b"\x00")
     assert main(["run", str(project), "--input", f"Reshape_1={odd}", "--batch"]) == 2
