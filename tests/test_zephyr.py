@@ -303,8 +303,9 @@ def zephyr_tree(monkeypatch):
     if modules:
         monkeypatch.setenv("ZEPHYR_MODULES", modules)
     python = os.environ.get("MTVG_TEST_ZEPHYR_PYTHON")
-    if python:
+    if python:  # its west on PATH, and its interpreter for Zephyr's build scripts
         monkeypatch.setenv("PATH", f"{Path(python).parent}{os.pathsep}{os.environ['PATH']}")
+        monkeypatch.setenv("MICROTVM_GEN_ZEPHYR_PYTHON", python)
     for tool in ("arm-none-eabi-gcc", "qemu-system-arm", "ninja"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed")
@@ -490,3 +491,12 @@ def test_zephyr_builds_use_this_python_and_name_a_missing_module(tmp_path):
     assert f"{sys.executable} -m pip install" in (error.hint or "")
     plain = build_failure(log[3:], tmp_path / "p", tmp_path / "build.log")
     assert "Error finding board" in plain.one_line()
+    # A Python of the user's choosing (Zephyr's own venv), named in the error too.
+    chosen = {**env, "MICROTVM_GEN_ZEPHYR_PYTHON": sys.executable}
+    assert f"-DPython3_EXECUTABLE={sys.executable}" in build_commands(
+        tmp_path / "p", tmp_path / "b", "nucleo_f746zg", tmp_path, chosen)[0]
+    other = build_failure(log, tmp_path / "p", tmp_path / "build.log", "/opt/zephyr/python3")
+    assert "missing from /opt/zephyr/python3" in other.one_line()
+    with pytest.raises(ToolchainError):
+        build_commands(tmp_path / "p", tmp_path / "b", "nucleo_f746zg", tmp_path,
+                       {**env, "MICROTVM_GEN_ZEPHYR_PYTHON": str(tmp_path / "nope")})

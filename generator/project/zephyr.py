@@ -237,12 +237,27 @@ def in_west_workspace(zephyr_base: Path, env: dict[str, str]) -> bool:
     return probe.returncode == 0
 
 
+ZEPHYR_PYTHON_ENV = "MICROTVM_GEN_ZEPHYR_PYTHON"
+
+
+def zephyr_python(env: dict[str, str]) -> str:
+    """The interpreter that runs Zephyr's build scripts: MICROTVM_GEN_ZEPHYR_PYTHON (e.g. the
+    venv Zephyr's getting-started guide makes), else the one this tool runs in; never
+    whichever `python3` comes first on PATH."""
+    chosen = env.get(ZEPHYR_PYTHON_ENV)
+    if not chosen:
+        return sys.executable
+    if not (Path(chosen).is_file() and os.access(chosen, os.X_OK)):
+        raise ToolchainError(f"{ZEPHYR_PYTHON_ENV}={chosen} is not an executable Python",
+                             hint=f"unset it to use {sys.executable}")
+    return chosen
+
+
 def build_commands(project_dir: Path, build_dir: Path, board: str, zephyr_base: Path,
                    env: dict[str, str]) -> list[list[str]]:
-    """`west build` in a west workspace, else CMake + Ninja (configure only once). Zephyr's
-    build scripts run in the interpreter this tool runs in (Python3_EXECUTABLE), not in
-    whichever `python3` comes first on PATH."""
-    python = f"-DPython3_EXECUTABLE={sys.executable}"
+    """`west build` in a west workspace, else CMake + Ninja (configure only once), with
+    Zephyr's scripts in `zephyr_python(env)` (Python3_EXECUTABLE)."""
+    python = f"-DPython3_EXECUTABLE={zephyr_python(env)}"
     if in_west_workspace(zephyr_base, env):
         return [["west", "build", "-b", board, "-d", str(build_dir), str(project_dir), "--",
                  python]]
@@ -257,17 +272,19 @@ def build_commands(project_dir: Path, build_dir: Path, board: str, zephyr_base: 
 _MISSING_MODULE_RE = re.compile(r"No module named '([\w.]+)'")
 
 
-def build_failure(lines: list[str], project_dir: Path, log: Path) -> ToolchainError:
+def build_failure(lines: list[str], project_dir: Path, log: Path,
+                  python: str = sys.executable) -> ToolchainError:
     """The one line a failed Zephyr build is reported with: a Python module missing from the
     build's interpreter is the cause wherever it appears (CMake's own error that follows it,
     e.g. "Error finding board", is only its consequence); else the log's first error."""
     missing = next((m.group(1) for m in map(_MISSING_MODULE_RE.search, lines) if m), None)
     if missing is not None:
         return ToolchainError(f"Zephyr build failed: Python module '{missing}' is missing from "
-                              f"{sys.executable}, which runs Zephyr's build scripts "
+                              f"{python}, which runs Zephyr's build scripts "
                               f"(full log: {log})",
-                              hint=f"{sys.executable} -m pip install -r "
-                                   "$ZEPHYR_BASE/scripts/requirements-base.txt")
+                              hint=f"{python} -m pip install -r "
+                                   "$ZEPHYR_BASE/scripts/requirements-base.txt, or point "
+                                   f"{ZEPHYR_PYTHON_ENV} at a Python that has them")
     return ToolchainError(f"Zephyr build failed: {first_error(lines, project_dir)} "
                           f"(full log: {log})")
 
@@ -296,7 +313,8 @@ def build_zephyr(project_dir: Path, project: dict, build_dir: Path, log: Path,
             proc = subprocess.run(cmd, cwd=project_dir, env=env, stdout=out,
                                   stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT)
         if proc.returncode != 0:
-            raise build_failure(log.read_text(errors="replace").splitlines(), project_dir, log)
+            raise build_failure(log.read_text(errors="replace").splitlines(), project_dir, log,
+                                zephyr_python(env))
     elf = build_dir / FIRMWARE
     shutil.copyfile(build_dir / ZEPHYR_ELF, elf)
     return elf
