@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import monotonic
@@ -264,13 +267,14 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
                     outs[spec.name] = np.frombuffer(
                         raw, dtype=np.dtype(spec.dtype).newbyteorder("<")
                     ).astype(spec.dtype).reshape(spec.shape)
-                results.append(result)
-                if counted:
-                    counters.append(sample_counters)
-                all_outputs.append(outs)
-                if on_sample:
-                    on_sample(n, outs, result, timing(board, result.ticks, result.hz),
-                              sample_counters)
+                with _sigint_deferred():  # a sample is kept and shown whole, or not at all
+                    results.append(result)
+                    if counted:
+                        counters.append(sample_counters)
+                    all_outputs.append(outs)
+                    if on_sample:
+                        on_sample(n, outs, result, timing(board, result.ticks, result.hz),
+                                  sample_counters)
         except KeyboardInterrupt:
             if not all_outputs:
                 raise
@@ -297,6 +301,22 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
             np.save(path, stacked)
             report.output_files.append(path)
     return report
+
+
+@contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Ctrl-C inside the block takes effect (KeyboardInterrupt) when the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: arrived.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if arrived:
+        raise KeyboardInterrupt
 
 
 def _difference(after: dict[str, dict[str, int]],
