@@ -34,8 +34,6 @@ EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 
 
-
-
 def _fmt_bytes(n: int) -> str:
     return f"{n} B" if n < 10240 else f"{n / 1024:.1f} KiB"
 
@@ -602,13 +600,19 @@ class Run(Command):
         report = run_project(args.project, samples, args.output_dir, progress=progress,
                              sanitize=args.sanitize, on_sample=None if args.json else show,
                              batch=args.batch)
-        interrupted = (f"interrupted after {len(report.outputs)} of {report.requested} "
-                       "samples; their outputs are kept")
         if args.json:
             self.emit_json(report.to_json())
-            if report.interrupted:
-                print(f"microtvm-gen: {interrupted}", file=sys.stderr)
-            return EXIT_INTERRUPTED if report.interrupted else EXIT_OK
+        else:
+            self.print_summary(report)
+        if report.interrupted:
+            print(f"microtvm-gen: interrupted after {len(report.outputs)} of "
+                  f"{report.requested} samples; their outputs are kept", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        return EXIT_OK
+
+    @staticmethod
+    def print_summary(report) -> None:
+        """What follows the samples' lines: memory, graph storage, files written."""
         print(f"flash {_fmt_bytes(report.flash_bytes)}, RAM {_fmt_bytes(report.ram_bytes)} "
               f"static (board {report.board})")
         if report.storage_bytes:
@@ -616,10 +620,6 @@ class Run(Command):
                   "reserved")
         for path in report.output_files:
             print(f"wrote {path}")
-        if report.interrupted:
-            print(f"microtvm-gen: {interrupted}", file=sys.stderr)
-            return EXIT_INTERRUPTED
-        return EXIT_OK
 
 
 class Serve(Command):

@@ -21,8 +21,7 @@ from generator.errors import DeviceError, InputError
 from generator.link.app_client import AppClient, RunResult
 from generator.mlf.model import c_identifier
 from generator.project.backends import board_of_project
-from generator.project.generate import MODEL_COPY
-from generator.project.record import load_project
+from generator.project.record import MODEL_COPY, load_project
 from generator.project_api.drive import project_device
 from generator.toolchain import BUILD_DIR, FIRMWARE
 
@@ -175,14 +174,14 @@ def ensure_built(project_dir: Path, progress=None, sanitize: bool | None = None)
 
 def qemu_twins(board: Board) -> list[str]:
     """The QEMU board files whose compiler flags name the same core (-mcpu=...)."""
-    from generator.boards import list_boards, load_board
+    from generator.project.checks import board_files
 
     def core(b: Board) -> set[str]:
         return {flag for flag in b.cflags if flag.startswith(("-mcpu=", "-march="))}
 
     mine = core(board)
-    return [name for name in list_boards()
-            if (other := load_board(name)).qemu is not None and mine and core(other) == mine]
+    return [name for name, other in board_files()
+            if other.qemu is not None and mine and core(other) == mine]
 
 
 # on_sample(index, outputs, result, timing, counters): a sample finished on the device.

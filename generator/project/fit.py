@@ -96,44 +96,34 @@ def check_fits(module: ModuleInfo, board: Board, project_type: str = "standalone
     """Refuse a firmware that certainly cannot fit the board's RAM or flash (the hint names
     the `others` it fits)."""
     need = estimate(module, board, project_type)
-    where = f"{origin}: " if origin else ""
-    if _fits(need, board):
+    shortfall = _shortfall(need, board)
+    if shortfall is None:
         return need
-    hint = hints.bigger_board(boards_it_fits(module, project_type, others(), but=board.name))
+    where = f"{origin}: " if origin else ""
+    raise UnsupportedModelError(f"{where}{shortfall}", hint=hints.bigger_board(
+        boards_it_fits(module, project_type, others(), but=board.name)))
+
+
+def _shortfall(need: MemoryNeed, board: Board) -> str | None:
+    """Why the estimate does not fit the board (its RAM, its flash, or a native program's
+    static data limit), or None when it fits."""
     if board.ram_bytes is not None and need.ram_bytes + need.stack > board.ram_bytes:
         stack = f" + {need.stack:,} B stack" if need.stack else ""
-        raise UnsupportedModelError(
-            f"{where}the firmware cannot fit board '{board.name}': it needs at least "
-            f"{need.ram_bytes:,} B of RAM ({_items(need.ram)}){stack}; {board.name} has "
-            f"{board.ram_bytes:,} B", hint=hint)
+        return (f"the firmware cannot fit board '{board.name}': it needs at least "
+                f"{need.ram_bytes:,} B of RAM ({_items(need.ram)}){stack}; {board.name} has "
+                f"{board.ram_bytes:,} B")
     if board.flash_bytes is not None and need.flash_bytes > board.flash_bytes:
-        raise UnsupportedModelError(
-            f"{where}the firmware cannot fit board '{board.name}': it needs at least "
-            f"{need.flash_bytes:,} B of flash ({_items(need.flash)}); {board.name} has "
-            f"{board.flash_bytes:,} B", hint=hint)
+        return (f"the firmware cannot fit board '{board.name}': it needs at least "
+                f"{need.flash_bytes:,} B of flash ({_items(need.flash)}); {board.name} has "
+                f"{board.flash_bytes:,} B")
     if board.is_native and board.ram_bytes is None:
         limit = NATIVE_STATIC_LIMIT.get(board.arch, NATIVE_STATIC_LIMIT_DEFAULT)
         total = need.ram_bytes + need.flash_bytes
         if total > limit:
-            raise UnsupportedModelError(
-                f"{where}the firmware cannot be built for board '{board.name}': it needs at "
-                f"least {total:,} B of static data ({_items({**need.ram, **need.flash})}); a "
-                f"program built with gcc's default code model holds at most {limit:,} B",
-                hint=hint)
-    return need
-
-
-def _fits(need: MemoryNeed, board: Board) -> bool:
-    """Whether the estimate leaves the board's RAM, flash (and a native program's static
-    data limit) enough room: check_fits's three tests."""
-    if board.ram_bytes is not None and need.ram_bytes + need.stack > board.ram_bytes:
-        return False
-    if board.flash_bytes is not None and need.flash_bytes > board.flash_bytes:
-        return False
-    if board.is_native and board.ram_bytes is None:
-        limit = NATIVE_STATIC_LIMIT.get(board.arch, NATIVE_STATIC_LIMIT_DEFAULT)
-        return need.ram_bytes + need.flash_bytes <= limit
-    return True
+            return (f"the firmware cannot be built for board '{board.name}': it needs at "
+                    f"least {total:,} B of static data ({_items({**need.ram, **need.flash})}); "
+                    f"a program built with gcc's default code model holds at most {limit:,} B")
+    return None
 
 
 def boards_it_fits(module: ModuleInfo, project_type: str, boards: list[tuple[str, Board]],
@@ -147,6 +137,6 @@ def boards_it_fits(module: ModuleInfo, project_type: str, boards: list[tuple[str
             check_buildable(module, board, "", project_type)
         except MtgError:
             continue
-        if _fits(estimate(module, board, project_type), board):
+        if _shortfall(estimate(module, board, project_type), board) is None:
             found.append(name)
     return found

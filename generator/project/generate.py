@@ -41,7 +41,7 @@ from generator.project.libraries import (
     needed_libraries,
 )
 from generator.project.ports import port_files
-from generator.project.record import PROJECT_FILE, new_record, record_bytes
+from generator.project.record import MODEL_COPY, PROJECT_FILE, new_record, record_bytes
 from generator.project.sizing import (
     HOST_DRIVEN,
     MIN_LIVE_BLOCKS,
@@ -56,7 +56,6 @@ from generator.resources import templates_dir
 
 # The Project API server every project carries, and the copy of its archive.
 PROJECT_API_FILES = ("microtvm_api_server.py", "launch_microtvm_api_server.sh")
-MODEL_COPY = "model.tar"
 # Runtime files only graph-executor projects compile.
 GRAPH_RUNTIME_SOURCES = ("graph.c", "graph_params.c")
 # Runtime files only host-driven projects compile.

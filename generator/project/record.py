@@ -28,6 +28,7 @@ from generator.project.sizing import (
 )
 
 PROJECT_FILE = "project.json"
+MODEL_COPY = "model.tar"  # the copy of the archive a generated project keeps
 PROJECT_SCHEMA = 1
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from generator.errors import MtgError, ProjectError
 from generator.progress import progress
+from generator.project.record import MODEL_COPY
 from generator.project_api.protocol import (
     PROTOCOL_VERSION,
     IoTimeoutError,
@@ -30,7 +31,6 @@ from generator.project_api.protocol import (
 )
 
 PROJECT_FILE = "project.json"  # generator.project.record.PROJECT_FILE
-MODEL_COPY = "model.tar"
 MAX_READ_BYTES = 1 << 20  # one read_transport reply
 DEFINITION_RE = re.compile(r"(?:-D)?([A-Za-z_][A-Za-z0-9_]*)(?:=([A-Za-z0-9_.+-]*))?")
 GEN = ("generate_project",)
