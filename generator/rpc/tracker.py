@@ -298,10 +298,13 @@ class TrackerRegistrar:
 
     def _put(self, link: _TrackerLink) -> None:
         matchkey = new_matchkey(self.key)
-        link.expect_success([TrackerCode.PUT, self.key, [self.port, matchkey],
-                             self.custom_addr])
+        # Recorded before the PUT: once the tracker has the offer, a client may take it and
+        # `matchkey` must already name it (a failed PUT ends the link, and the next
+        # registration clears the offer).
         with self._lock:
             self._offer = _Offer(matchkey, started_mark=self._sessions_started)
+        link.expect_success([TrackerCode.PUT, self.key, [self.port, matchkey],
+                             self.custom_addr])
         log.debug("offered %s to the tracker at %s", matchkey, self.where)
 
     def _poll(self, link: _TrackerLink) -> None:
