@@ -31,6 +31,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from docs_tables import DocsTable, add_docs_options, publish  # noqa: E402
+
 from benchmarks.quantized import RUNS, callgrind_ir, deterministic_input  # noqa: E402
 from generator.accel import registry  # noqa: E402
 from generator.export import export_model  # noqa: E402
@@ -45,8 +47,8 @@ MODEL_FILES = {
 }
 CONFIGS = {"ours": None, "cmsis-nn": "cmsis-nn,c", "vanilla": "vanilla,c"}
 BOARDS = ["host", "qemu-mps2-an385", "qemu-mps2-an386", "qemu-mps2-an500", "qemu-mps3-an547"]
-CORES = {"host": "x86-64", "qemu-mps2-an385": "M3", "qemu-mps2-an386": "M4",
-         "qemu-mps2-an500": "M7", "qemu-mps3-an547": "M55"}
+CORES = {"host": "x86-64", "qemu-mps2-an385": "M3", "qemu-mps2-an386": "M4F, DSP",
+         "qemu-mps2-an500": "M7, DSP", "qemu-mps3-an547": "M55, MVE"}
 # TFLite Micro, instructions per kws inference (tflm-baseline.md): board → (kernels, count)
 TFLM_KWS = {"qemu-mps2-an385": ("reference", 42_069_040),
             "qemu-mps2-an386": ("CMSIS-NN", 7_700_760),
@@ -120,13 +122,15 @@ def board_instructions(archive: Path, board: str, work: Path, samples: list[dict
     return int(statistics.median(t.count for t in report.timings))
 
 
-def measure(models: list[str], boards: list[str], work: Path) -> list[dict]:
+def measure(models: list[str], boards: list[str], work: Path,
+            configs: tuple[str, ...] = tuple(CONFIGS)) -> list[dict]:
     rows = []
     for model in models:
         path, input_name = MODEL_FILES[model]
         xs = kws_vectors() if model == "kws" else hello_vectors()
         samples = [{input_name: x} for x in xs]
-        for config, target in CONFIGS.items():
+        for config in configs:
+            target = CONFIGS[config]
             archive = work / f"{model}-{config}.tar"
             selected = registry.select(target, [], []) if target else []
             result = export_model(path, archive, accelerators=selected)
@@ -167,13 +171,40 @@ def print_table(rows: list[dict]) -> None:
               f"{cell('cmsis-nn')} | {cell('vanilla')} | {tflm_text} |")
 
 
+DOCS_TABLE = DocsTable(REPO / "docs" / "quantization.md", "kws-on-every-core",
+                       "python benchmarks/accelerators.py --docs")
+DOCS_CONFIGS = ("ours", "cmsis-nn")
+
+
+def docs_lines(rows: list[dict]) -> list[str]:
+    """docs/quantization.md's kws table: our generic C, CMSIS-NN through the plugin, and
+    TFLite Micro's figures, per board."""
+    lines = ["| board (core) | ours (generic C) | ours + CMSIS-NN | TFLite Micro |",
+             "|---|---|---|---|"]
+    for board in BOARDS:
+        by = {r["config"]: r for r in rows if r["model"] == "kws" and r["board"] == board}
+        if not by:
+            continue
+        cmsis = f"{by['cmsis-nn']['instructions']:,}"
+        if board in ("host", "qemu-mps2-an385"):
+            cmsis += " (portable C)"  # no DSP or MVE: CMSIS-NN's plain C paths
+        tflm = TFLM_KWS.get(board)
+        lines.append(f"| {board} ({CORES[board]}){', Ir' if board == 'host' else ''} | "
+                     f"{by['ours']['instructions']:,} | {cmsis} | "
+                     + (f"{tflm[1]:,} ({tflm[0]} kernels) |" if tflm else "not measured |"))
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--boards", default=",".join(BOARDS))
     parser.add_argument("--models", default=",".join(MODEL_FILES))
     parser.add_argument("--cmsis-nn", type=Path, help="a CMSIS-NN source tree")
     parser.add_argument("--json", action="store_true")
+    add_docs_options(parser, "the kws table in docs/quantization.md (every board)")
     args = parser.parse_args()
+    if args.docs or args.check_docs:
+        args.models, args.boards = "kws", ",".join(BOARDS)
     boards = [b for b in args.boards.split(",") if b]
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in MODEL_FILES]
@@ -183,7 +214,10 @@ def main() -> int:
         REPO.parent / "shared" / "third_party" / "CMSIS-NN"
     os.environ["CMSIS_NN_PATH"] = str(Path(tree).resolve())
     with tempfile.TemporaryDirectory(prefix="mtvg-accel-bench-") as tmp:
-        rows = measure(models, boards, Path(tmp))
+        rows = measure(models, boards, Path(tmp),
+                       DOCS_CONFIGS if args.docs or args.check_docs else tuple(CONFIGS))
+    if args.docs or args.check_docs:
+        return publish(DOCS_TABLE, docs_lines(rows), args.check_docs)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:

@@ -18,7 +18,7 @@ Each model runs in a child process with a time limit, so one that hangs or kills
 interpreter is a row too.
 
 Usage: python benchmarks/coverage.py [--extra DIR ...] [--only NAME ...] [--qemu]
-       [--timeout S] [--seed N] [--json] [--write-docs] [--from-json FILE]
+       [--timeout S] [--seed N] [--json] [--docs | --check-docs] [--from-json FILE]
 (--from-json: no run; the rows of an earlier `--json` output, printed or written to the docs.)
 """
 
@@ -38,11 +38,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from docs_tables import DocsTable, add_docs_options, publish
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "benchmarks" / "corpus.toml"
 DOCS = REPO / "docs" / "coverage.md"
-BEGIN, END = "<!-- coverage:begin -->", "<!-- coverage:end -->"
+DOCS_TABLE = DocsTable(DOCS, "coverage", "python benchmarks/coverage.py --qemu --docs")
 QEMU_BOARD = "qemu-mps2-an385"
 SAMPLES = 3
 FLOAT_RTOL = 1e-5
@@ -391,14 +392,12 @@ def markdown(rows: list[Row], qemu: bool) -> str:
     return "\n".join(lines)
 
 
-def write_docs(table: str, line: str, command: str, path: Path = DOCS) -> None:
-    """Replace the table between the coverage markers of docs/coverage.md."""
-    block = f"{BEGIN}\n`{command}`\n\n{line}\n\n{table}\n{END}"
-    text = path.read_text() if path.exists() else f"# Model coverage\n\n{BEGIN}\n{END}\n"
-    if BEGIN not in text or END not in text:
-        text = text.rstrip("\n") + f"\n\n{BEGIN}\n{END}\n"
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
-    path.write_text(pattern.sub(lambda _: block, text, count=1))
+def docs_lines(rows: list[Row], qemu: bool, extra: bool) -> list[str]:
+    """docs/coverage.md's block: the command, the summary line and the table."""
+    command = ("python benchmarks/coverage.py" + " --extra DIR" * extra
+               + (" --qemu" if qemu else ""))
+    return [f"`{command}`", "", summary_line(summary(rows)), "",
+            *markdown(rows, qemu).splitlines()]
 
 
 def run_all(args: argparse.Namespace, parser: argparse.ArgumentParser
@@ -431,8 +430,7 @@ def main() -> int:
                         help="seconds a model may take (default 900)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
-    parser.add_argument("--write-docs", action="store_true",
-                        help="rewrite the table in docs/coverage.md")
+    add_docs_options(parser, "the table in docs/coverage.md")
     parser.add_argument("--from-json", type=Path, metavar="FILE",
                         help="report the rows of an earlier --json output instead of running")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -442,6 +440,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.worker:
         return child(args)
+    if (args.docs or args.check_docs) and args.only:
+        parser.error("--docs and --check-docs take the whole corpus, not --only")
     for d in args.extra:
         if not d.is_dir():
             parser.error(f"{d}: not a directory")
@@ -466,10 +466,9 @@ def main() -> int:
         if missing:
             print(f"not present ({len(missing)}; see benchmarks/corpus.toml, --extra DIR): "
                   + ", ".join(e["name"] for e in missing))
-    if args.write_docs:
-        command = ("python benchmarks/coverage.py" + " --extra DIR" * bool(args.extra)
-                   + (" --qemu" if args.qemu else ""))
-        write_docs(markdown(rows, args.qemu), line, command)
+    if args.docs or args.check_docs:
+        return publish(DOCS_TABLE, docs_lines(rows, args.qemu, bool(args.extra)),
+                       args.check_docs)
     return 0
 
 

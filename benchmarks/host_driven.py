@@ -12,6 +12,9 @@ For each board (the host process's pipes, QEMU's emulated UART), prints:
   junk (no framing to parse, no reply), and the packet-level download rate of 4 KiB pieces.
 
 Usage: python benchmarks/host_driven.py [--boards host,qemu-mps2-an385] [--calls 200]
+       [--docs | --check-docs]
+(--docs writes the table into docs/host-driven.md; --check-docs accepts each figure within
+a factor of 2 of the documented one: these are wall-clock times on a shared machine.)
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from docs_tables import (  # noqa: E402
+    DocsTable,
+    add_docs_options,
+    publish,
+    within_factor,
+)
 
 from generator.boards import load_board  # noqa: E402
 from generator.build import build  # noqa: E402
@@ -114,10 +124,27 @@ def packet_level(board_name: str, elf: Path, calls: int) -> dict[str, float]:
     return {"packet_call": packet_call, "raw_upload": raw_upload, "raw_download": download}
 
 
+DOCS_TABLE = DocsTable(REPO / "docs" / "host-driven.md", "host-driven-link",
+                       "python benchmarks/host_driven.py --docs")
+
+
+def table_lines(rows: list[tuple[str, dict, dict]]) -> list[str]:
+    lines = ["| board | call, stock client | call, packet level | upload | download | "
+             "upload after a download | raw up | raw down |", "|---|" + "---:|" * 7]
+    for board, stock, raw in rows:
+        times = [f"{stock['call'] * 1e3:.3f} ms", f"{raw['packet_call'] * 1e3:.3f} ms"]
+        rates = [stock["upload"], stock["download"], stock["upload_after"],
+                 raw["raw_upload"], raw["raw_download"]]
+        lines.append(f"| {board} | " + " | ".join(times + [f"{r / 1e3:,.1f} KB/s"
+                                                            for r in rates]) + " |")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--boards", default="host,qemu-mps2-an385")
     parser.add_argument("--calls", type=int, default=200)
+    add_docs_options(parser, "docs/host-driven.md's table")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -130,16 +157,10 @@ def main() -> int:
             stock = stock_client(project, args.calls)
             raw = packet_level(board, elf, args.calls)
             rows.append((board, stock, raw))
-    header = (f"{'board':18} {'call (stock) ms':>15} {'call (packet) ms':>16} "
-              f"{'upload KB/s':>11} {'download KB/s':>13} {'upload after KB/s':>17} "
-              f"{'raw up KB/s':>11} {'raw down KB/s':>13}")
-    print(header)
-    print("-" * len(header))
-    for board, stock, raw in rows:
-        print(f"{board:18} {stock['call'] * 1e3:15.3f} {raw['packet_call'] * 1e3:16.3f} "
-              f"{stock['upload'] / 1e3:11.1f} {stock['download'] / 1e3:13.1f} "
-              f"{stock['upload_after'] / 1e3:17.1f} "
-              f"{raw['raw_upload'] / 1e3:11.1f} {raw['raw_download'] / 1e3:13.1f}")
+    lines = table_lines(rows)
+    if args.docs or args.check_docs:
+        return publish(DOCS_TABLE, lines, args.check_docs, within_factor(2.0))
+    print("\n".join(lines))
     print("\nKB = 1000 bytes. upload/download: the stock client's 64 KiB tensor, copies split "
           "by GetCRTMaxPacketSize; upload after: the same upload right after the download; "
           "raw up: junk bytes the device drains; raw down: 4000-byte "

@@ -12,8 +12,9 @@ Usage: python benchmarks/physical_boards.py [--boards a,b] [--models yes_no,kws]
        python benchmarks/physical_boards.py --docs        # rewrite docs/boards.md's table
        python benchmarks/physical_boards.py --check-docs  # exit 1 if it is stale
 
-docs/boards.md holds the size columns (not the times, which depend on the machine) between
-the DOCS_BEGIN and DOCS_END markers; tests/test_docs_tables.py rebuilds two of its rows.
+docs/boards.md holds the size columns (not the times, which depend on the machine) in its
+table `physical-board-sizes` (benchmarks/docs_tables.py); tests/test_docs_tables.py
+rebuilds two of its rows.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from docs_tables import DocsTable, add_docs_options, publish
 
 from generator.boards import list_boards, load_board
 from generator.build import build
@@ -133,9 +136,8 @@ def table(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
-DOCS = REPO / "docs" / "boards.md"
-DOCS_BEGIN = "<!-- benchmarks/physical_boards.py --docs: begin -->"
-DOCS_END = "<!-- benchmarks/physical_boards.py --docs: end -->"
+DOCS_TABLE = DocsTable(REPO / "docs" / "boards.md", "physical-board-sizes",
+                       "python benchmarks/physical_boards.py --docs")
 DOCS_HEADER = ["| model | board | flash | of flash | RAM static | + stack | of RAM | port flash "
                "| port RAM |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
 
@@ -147,17 +149,9 @@ def doc_row(r: Row) -> str:
             f"{r.port_flash_bytes:,} B | {r.port_ram_bytes:,} B |")
 
 
-def docs_rows(text: str | None = None) -> list[str]:
-    """The table rows docs/boards.md holds between its markers."""
-    text = DOCS.read_text() if text is None else text
-    inside = text.split(DOCS_BEGIN, 1)[1].split(DOCS_END, 1)[0]
-    return [line for line in inside.strip().splitlines() if line not in DOCS_HEADER]
-
-
-def with_docs_rows(text: str, rows: list[str]) -> str:
-    before, rest = text.split(DOCS_BEGIN, 1)
-    after = rest.split(DOCS_END, 1)[1]
-    return "\n".join([before + DOCS_BEGIN, *DOCS_HEADER, *rows, DOCS_END + after])
+def docs_rows() -> list[str]:
+    """The table rows docs/boards.md holds."""
+    return [line for line in DOCS_TABLE.lines() if line not in DOCS_HEADER]
 
 
 def main() -> int:
@@ -166,30 +160,18 @@ def main() -> int:
     parser.add_argument("--models", default=",".join([*ARCHIVES, *EXPORTED]))
     parser.add_argument("--repeat", type=int, default=3, help="clean builds per row (median)")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--docs", action="store_true",
-                        help="rewrite the table in docs/boards.md (every model and board)")
-    parser.add_argument("--check-docs", action="store_true",
-                        help="exit 1, printing the differences, if docs/boards.md is stale")
+    add_docs_options(parser, "docs/boards.md's size table (every model and board)")
     args = parser.parse_args()
     if args.docs or args.check_docs:
+        if (args.boards, args.models) != (parser.get_default("boards"),
+                                          parser.get_default("models")):
+            parser.error("--docs and --check-docs measure every model and board")
         args.repeat = 1  # sizes do not vary between builds
     with tempfile.TemporaryDirectory(prefix="mtvg-physical-") as tmp:
         rows = physical_board_rows(args.models.split(","), args.boards.split(","), Path(tmp),
                                    args.repeat)
     if args.docs or args.check_docs:
-        fresh, documented = [doc_row(r) for r in rows], docs_rows()
-        if args.docs:
-            DOCS.write_text(with_docs_rows(DOCS.read_text(), fresh))
-            print(f"wrote {len(fresh)} rows into {DOCS}")
-            return 0
-        stale = [(d, f) for d, f in zip(documented, fresh, strict=False) if d != f]
-        if stale or len(documented) != len(fresh):
-            for d, f in stale:
-                print(f"docs:  {d}\nfresh: {f}")
-            print(f"{DOCS} is stale: python benchmarks/physical_boards.py --docs")
-            return 1
-        print(f"{DOCS}: all {len(fresh)} rows current")
-        return 0
+        return publish(DOCS_TABLE, [*DOCS_HEADER, *map(doc_row, rows)], args.check_docs)
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
     else:

@@ -26,6 +26,8 @@ deterministic input; repeatable. --target: export through accelerators (e.g. cms
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import re
 import shutil
 import subprocess
@@ -35,6 +37,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from docs_tables import DocsTable, add_docs_options, publish
 
 from generator.boards import load_board
 from generator.export import export_model
@@ -52,6 +55,8 @@ TFLM_ARENA_ARM32 = {"hello_world_int8": 1068, "mlperftiny_kws": 22772}
 TFLM_IR_BASELINE = {"hello_world_int8": 6854, "mlperftiny_kws": 51016635}
 RUNS = 10
 WEIGHTED_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+DOCS_TABLE = DocsTable(REPO / "docs" / "quantization.md", "int8-flash-ram-instructions",
+                       "python benchmarks/quantized.py --docs")
 
 
 def tflite_weight_bytes(path: Path) -> tuple[int, int, int]:
@@ -163,7 +168,10 @@ def main() -> int:
     parser.add_argument("--target", help="accelerators, e.g. cmsis-nn,c")
     parser.add_argument("--no-tflm-callgrind", action="store_true",
                         help="take TFLite Micro's instruction counts from tflm-baseline.md")
+    add_docs_options(parser, "the tables in docs/quantization.md (default models only)")
     args = parser.parse_args()
+    if (args.docs or args.check_docs) and (args.models or args.board or args.target):
+        parser.error("--docs and --check-docs take the default models, no --board, no --target")
     from generator.accel import registry
     from generator.errors import MtgError
 
@@ -223,6 +231,12 @@ def main() -> int:
                 "boards": on_boards,
             })
     models.cleanup()
+    if args.docs or args.check_docs:
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            print_table(rows)
+        return publish(DOCS_TABLE, ["```", *printed.getvalue().rstrip("\n").splitlines(), "```"],
+                       args.check_docs)
     print_table(rows)
     return 0
 
