@@ -6,13 +6,13 @@ module keeps it so:
 - a record: one dated experiment or campaign, whose text names the commit it ran at;
 - reference: facts (formats, protocols, options, sources), no measurement.
 A new table fails `test_every_table_is_generated_checked_a_record_or_reference` until it
-is one of them. The suite also rebuilds sample rows of the generated tables (a change to
-the runtime, a port or the exporter that moves a size fails here until the benchmark
-writes the table again) and checks that tables repeating each other's numbers agree."""
+is one of them. The suite also rebuilds two rows of docs/boards.md (a change to the
+runtime, a port or the exporter that moves a size fails here until the benchmark writes
+the table again; the other generated tables take minutes to hours to measure: their
+benchmarks' --check-docs) and checks that tables repeating each other's numbers agree."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 import tomllib
@@ -26,20 +26,6 @@ from tests.conftest import REPO, require_board_tools
 sys.path.insert(0, str(REPO / "benchmarks"))
 import docs_tables  # noqa: E402
 import physical_boards  # noqa: E402
-
-
-def _benchmark(name: str):
-    """benchmarks/<name>.py by path (coverage.py would otherwise meet coverage.py's PyPI
-    namesake)."""
-    spec = importlib.util.spec_from_file_location(f"benchmark_{name}",
-                                                  REPO / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-coverage = _benchmark("coverage")
 
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # (document, first cells of the header row) -> the test that recomputes the numbers
@@ -163,16 +149,6 @@ def test_zephyr_and_boards_docs_agree_on_the_crt_build():
     assert physical_boards.ARCHIVES["yes_no"] == REPO / "examples" / "yes_no" / "model.tar"
     assert (row[4], row[5]) == (board[2].removesuffix(" B"), board[4].removesuffix(" B"))
 
-
-def test_coverage_md_rows_are_what_a_run_gives():
-    """hello_world_int8's row of docs/coverage.md, from a fresh run on qemu-mps2-an385."""
-    require_board_tools(coverage.QEMU_BOARD)
-    models, _ = coverage.present_models(coverage.load_corpus(), [])
-    (model,) = [m for m in models if m.name == "hello_world_int8"]
-    row = coverage.run_in_child(model, 0, True, 600)
-    fresh = coverage.markdown([row], True).splitlines()[-1]
-    assert fresh in coverage.DOCS_TABLE.lines(), \
-        f"docs/coverage.md is stale: {coverage.DOCS_TABLE.command}\n{fresh}"
 
 # One exported model on a physical board, one TVM 0.8 archive on the reference QEMU board.
 SAMPLE = [("hello_world_int8", "nucleo-f746zg"), ("yes_no", "qemu-mps2-an385")]
