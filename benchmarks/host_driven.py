@@ -146,6 +146,8 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=200)
     add_docs_options(parser, "docs/host-driven.md's table")
     args = parser.parse_args()
+    if (args.docs or args.check_docs) and args.boards != parser.get_default("boards"):
+        parser.error("--docs and --check-docs measure the default boards")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / "ops.tar"
