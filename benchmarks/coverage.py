@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from docs_tables import DocsTable, add_docs_options, publish
+from docs_tables import DocsTable, add_docs_options, publish, refuse_subset
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "benchmarks" / "corpus.toml"
@@ -392,12 +392,11 @@ def markdown(rows: list[Row], qemu: bool) -> str:
     return "\n".join(lines)
 
 
-def docs_lines(rows: list[Row], qemu: bool, extra: bool) -> list[str]:
+def docs_lines(rows: list[Row], line: str, qemu: bool, extra: bool) -> list[str]:
     """docs/coverage.md's block: the command, the summary line and the table."""
     command = ("python benchmarks/coverage.py" + " --extra DIR" * extra
                + (" --qemu" if qemu else ""))
-    return [f"`{command}`", "", summary_line(summary(rows)), "",
-            *markdown(rows, qemu).splitlines()]
+    return [f"`{command}`", "", line, "", *markdown(rows, qemu).splitlines()]
 
 
 def run_all(args: argparse.Namespace, parser: argparse.ArgumentParser
@@ -440,8 +439,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.worker:
         return child(args)
-    if (args.docs or args.check_docs) and args.only:
-        parser.error("--docs and --check-docs take the whole corpus, not --only")
+    refuse_subset(parser, args, "only")
     for d in args.extra:
         if not d.is_dir():
             parser.error(f"{d}: not a directory")
@@ -467,7 +465,7 @@ def main() -> int:
             print(f"not present ({len(missing)}; see benchmarks/corpus.toml, --extra DIR): "
                   + ", ".join(e["name"] for e in missing))
     if args.docs or args.check_docs:
-        return publish(DOCS_TABLE, docs_lines(rows, args.qemu, bool(args.extra)),
+        return publish(DOCS_TABLE, docs_lines(rows, line, args.qemu, bool(args.extra)),
                        args.check_docs)
     return 0
 

@@ -71,6 +71,19 @@ def add_docs_options(parser: argparse.ArgumentParser, tables: str) -> None:
                              f"differ from {tables}")
 
 
+def refuse_subset(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                  *dests: str) -> None:
+    """With --docs or --check-docs, every option in `dests` must keep its default: the
+    documented table covers everything the benchmark measures by default."""
+    if not (args.docs or args.check_docs):
+        return
+    changed = [d for d in dests if getattr(args, d) != parser.get_default(d)]
+    if changed:
+        options = ", ".join("--" + d.replace("_", "-") for d in changed)
+        parser.error(f"--docs and --check-docs measure what the benchmark measures by "
+                     f"default; leave out {options}")
+
+
 def publish(table: DocsTable, fresh: list[str], check: bool,
             same: Callable[[str, str], bool] = str.__eq__) -> int:
     """Write `fresh` into the document, or (check) compare it line by line with what the

@@ -34,6 +34,7 @@ from docs_tables import (  # noqa: E402
     DocsTable,
     add_docs_options,
     publish,
+    refuse_subset,
     within_factor,
 )
 
@@ -146,8 +147,7 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=200)
     add_docs_options(parser, "docs/host-driven.md's table")
     args = parser.parse_args()
-    if (args.docs or args.check_docs) and args.boards != parser.get_default("boards"):
-        parser.error("--docs and --check-docs measure the default boards")
+    refuse_subset(parser, args, "boards")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / "ops.tar"

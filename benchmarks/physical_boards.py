@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from docs_tables import DocsTable, add_docs_options, publish
+from docs_tables import DocsTable, add_docs_options, publish, refuse_subset
 
 from generator.boards import list_boards, load_board
 from generator.build import build
@@ -162,10 +162,8 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     add_docs_options(parser, "docs/boards.md's size table (every model and board)")
     args = parser.parse_args()
+    refuse_subset(parser, args, "boards", "models")
     if args.docs or args.check_docs:
-        if (args.boards, args.models) != (parser.get_default("boards"),
-                                          parser.get_default("models")):
-            parser.error("--docs and --check-docs measure every model and board")
         args.repeat = 1  # sizes do not vary between builds
     with tempfile.TemporaryDirectory(prefix="mtvg-physical-") as tmp:
         rows = physical_board_rows(args.models.split(","), args.boards.split(","), Path(tmp),

@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from docs_tables import DocsTable, add_docs_options, publish
+from docs_tables import DocsTable, add_docs_options, publish, refuse_subset
 
 from generator.boards import load_board
 from generator.export import export_model
@@ -161,7 +161,7 @@ for _ in range({RUNS}):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="*", type=Path, metavar="MODEL.tflite",
+    parser.add_argument("models", nargs="*", type=Path, metavar="MODEL.tflite", default=[],
                         help="int8 models (default: the repository's and a generated one)")
     parser.add_argument("--board", action="append", default=[],
                         help="also run on this board (repeatable)")
@@ -170,8 +170,7 @@ def main() -> int:
                         help="take TFLite Micro's instruction counts from tflm-baseline.md")
     add_docs_options(parser, "the tables in docs/quantization.md (default models only)")
     args = parser.parse_args()
-    if (args.docs or args.check_docs) and (args.models or args.board or args.target):
-        parser.error("--docs and --check-docs take the default models, no --board, no --target")
+    refuse_subset(parser, args, "models", "board", "target")
     from generator.accel import registry
     from generator.errors import MtgError
 

@@ -84,10 +84,12 @@ def _tables(path: Path) -> list[tuple[str, int, list[str]]]:
     return found
 
 
-def _kind(doc: str, header: str) -> str | None:
+def _listing(doc: str, header: str) -> tuple[str, tuple[str, str]] | None:
+    """(kind, the listing's key) of a table, or None when it is not listed."""
     for kind, keys in (("checked", CHECKED), ("record", RECORDS), ("reference", REFERENCE)):
-        if any(d == doc and header.startswith(h) for d, h in keys):
-            return kind
+        for key in keys:
+            if key[0] == doc and header.startswith(key[1]):
+                return kind, key
     return None
 
 
@@ -96,12 +98,12 @@ def test_every_table_is_generated_checked_a_record_or_reference():
     for path in DOCUMENTS:
         doc = path.relative_to(REPO).as_posix()
         for header, line, around in _tables(path):
-            kind = _kind(doc, header)
-            if kind is None:
+            listing = _listing(doc, header)
+            if listing is None:
                 unknown.append(f"{doc}:{line}: | {header} |")
                 continue
-            used |= {(d, h) for d, h in (*CHECKED, *RECORDS, *REFERENCE)
-                     if d == doc and header.startswith(h)}
+            kind, key = listing
+            used.add(key)
             if kind == "record":
                 assert COMMIT.search("\n".join(around)), \
                     f"{doc}:{line}: a record must name the commit it was measured at"
