@@ -32,6 +32,9 @@ if TYPE_CHECKING:  # numpy is loaded by the commands that read or print tensors
 EXIT_OK = 0
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
+# What generate writes: a firmware project (through the template's Project API server) or
+# the model as a library (generator/project/library.py).
+OUTPUT_FORMATS = ("project", "library")
 
 
 def _fmt_bytes(n: int) -> str:
@@ -338,9 +341,14 @@ class Generate(Command):
 
     def do_add_parser(self, parser):
         parser.add_argument("archive", type=Path, help="the MLF archive")
-        parser.add_argument("--board", required=True, help="board name (see 'boards')")
+        parser.add_argument("--format", choices=OUTPUT_FORMATS, default="project",
+                            help="project: a whole firmware project for the board; library: "
+                                 "the model as a static library with one header, for your own "
+                                 "firmware (CMake, Makefile or IDE; --board optional)")
+        parser.add_argument("--board", help="board name (see 'boards'); for a library, the "
+                                            "board it is checked against")
         parser.add_argument("-o", "--output", type=Path, required=True,
-                            help="project directory to create")
+                            help="project (or library) directory to create")
         parser.add_argument("--force", action="store_true",
                             help="replace the contents of an existing non-empty directory")
         parser.add_argument("--module", help="module to use when the archive holds several")
@@ -367,6 +375,10 @@ class Generate(Command):
         check_output(args.output, "-o", DIRECTORY,
                      inputs=[args.archive, *([args.template] if args.template else [])])
         with_accelerator_path(args.accelerator_path)
+        if args.format == "library":
+            return self.library(args)
+        if args.board is None:
+            raise InputError("generate: --board is required for a project (see 'boards')")
         options = {"board": args.board, "project_type": args.project_type,
                    "module": args.module, "force": args.force or None,
                    "cmsis_path": str(args.cmsis_nn.resolve()) if args.cmsis_nn else None,
@@ -384,6 +396,29 @@ class Generate(Command):
             print(f"generated {args.output} for {project['board']} "
                   f"({len(files)} files, module '{module['name']}', "
                   f"{project['project_type']}, entry {module['entry']})")
+        return EXIT_OK
+
+    def library(self, args) -> int:
+        from generator.project.library import generate_library
+
+        refused = [flag for flag, given in (("--project-type", args.project_type),
+                                            ("--template", args.template),
+                                            ("--option", args.option)) if given]
+        if refused:
+            raise InputError(f"generate --format library: {refused[0]} is for projects")
+        lib = generate_library(args.archive, args.output, args.board, args.force, args.module)
+        if args.json:
+            self.emit_json({"library": str(args.output), "name": lib.name,
+                            "format": "library", "entry": lib.module.entry,
+                            "static_bytes": lib.static_bytes,
+                            "workspace_bytes": lib.workspace_bytes,
+                            "runtime_sources": lib.runtime_sources, "files": lib.files})
+        else:
+            print(f"generated library {args.output}: {lib.name}.h, {lib.name}_run(); "
+                  f"{len(lib.files)} files, activations {lib.static_bytes:,} B static"
+                  + (f", workspace {lib.workspace_bytes:,} B" if lib.workspace_bytes else "")
+                  + (f", runtime {len(lib.runtime_sources)} file(s) shared per firmware"
+                     if lib.runtime_sources else ", no runtime"))
         return EXIT_OK
 
 

@@ -164,7 +164,7 @@ def _template_file(search: list[Path], name: str) -> Path:
 
 
 @functools.lru_cache(maxsize=8)
-def _template_environment(search: tuple[str, ...]) -> jinja2.Environment:
+def template_environment(search: tuple[str, ...]) -> jinja2.Environment:
     """The Jinja environment for a template search path, kept for the process: its compiled
     templates are reused (a template file edited since is compiled again, by its mtime)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(list(search)),
@@ -221,7 +221,7 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     arena = arena_bytes_for(module)
     external_pools = [ExternalPool(p.name, c_identifier(p.name), p.size_bytes)
                       for p in module.pools if not p.internal]
-    env = _template_environment(tuple(str(d) for d in search))
+    env = template_environment(tuple(str(d) for d in search))
     compile_definitions: dict[str, int] = {}
     graph_context: dict = {}
     if module.executor == "graph" and not host_driven:

@@ -70,8 +70,8 @@ def new_record(backend: str, board: Board, archive: MlfArchive, archive_name: st
             "entry": module.entry,
             # Functions callable by name (host-driven projects need them), from the archive.
             "system_library": module.registry is not None,
-            "inputs": [_tensor_json(t) for t in module.inputs],
-            "outputs": [_tensor_json(t) for t in module.outputs],
+            "inputs": [tensor_json(t) for t in module.inputs],
+            "outputs": [tensor_json(t) for t in module.outputs],
             "workspace_size_bytes": module.workspace_size_bytes,
             "arena_bytes": arena_bytes_for(module),
             "pools": [{"name": p.name, "size_bytes": p.size_bytes, "internal": p.internal}
@@ -95,7 +95,7 @@ def record_bytes(project: dict) -> bytes:
     return (json.dumps(project, indent=2, sort_keys=True) + "\n").encode()
 
 
-def _tensor_json(t: TensorInfo) -> dict:
+def tensor_json(t: TensorInfo) -> dict:
     return {"name": t.name, "c_name": t.c_name, "dtype": t.dtype,
             "shape": list(t.effective_shape()), "size_bytes": t.size_bytes}
 

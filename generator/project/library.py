@@ -1,0 +1,237 @@
+"""The library output: a model as a static library for the user's own firmware.
+
+`generate --format library` writes a folder with the model's C (the archive's kernels,
+weights and run function), one public header `<name>.h` with `<name>_run()`, the runtime
+sources the model needs (none for most exported models), a CMakeLists.txt exporting a
+static library target, a `sources.txt` for IDE projects and a `<name>.mk` Makefile
+fragment. No main, startup, UART or platform code: the user's firmware has those.
+
+Every global symbol the library defines starts with the module name (`<name>_run`,
+`tvmgen_<name>_*`); the runtime's (`mtvg_*`, `TVMBackend*`) are one shared copy per
+firmware. Two models in one firmware are two libraries of archives exported with different
+`--module` names. The library is rendered here, in process: it has no board of its own,
+no build, flash or link, so no Project API server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from generator import RUNTIME_ABI_VERSION, __version__
+from generator.boards import load_board
+from generator.errors import ProjectError, UnsupportedModelError
+from generator.mlf.dtypes import dlpack_type_code, dtype_bits
+from generator.mlf.model import ModuleInfo, TensorInfo, c_identifier
+from generator.mlf.reader import load_mlf
+from generator.project.atomic_write import check_target_dir, write_atomically
+from generator.project.checks import check_buildable
+from generator.project.fit import check_fits
+from generator.project.generate import TVM_CODE_CFLAGS, plain_text, template_environment
+from generator.project.libraries import needed_libraries
+from generator.project.record import record_bytes, tensor_json
+from generator.project.sizing import MIN_LIVE_BLOCKS, STANDALONE, arena_bytes_for
+from generator.project.tvm_headers import tvm_headers
+from generator.resources import templates_dir
+
+FORMAT = "library"
+LIBRARY_FILE = "library.json"
+LIBRARY_SCHEMA = 1
+TEMPLATE = "library"
+# The runtime a library may need: TVMBackendAllocWorkspace's arena and the error slot.
+RUNTIME_SOURCES = ("workspace.c",)
+RUNTIME_HEADERS = ("mtvg/runtime.h", "mtvg/status.h", "dlpack/dlpack.h",
+                   "tvm/runtime/c_runtime_api.h", "tvm/runtime/c_backend_api.h")
+# The symbol TVM 0.27's C codegen defines in every kernel file: renamed per module, so two
+# libraries link together.
+TVM_LIBRARY_CTX = "__tvm_ffi__library_ctx"
+# Entries the library calls the model through (ModuleInfo.entry).
+ENTRIES = ("c", "c-run-model", "packed")
+
+
+@dataclass(frozen=True)
+class LibraryTensor:
+    """An input or output as the public header names it."""
+
+    c_name: str
+    comment: str  # the model's name made safe for a C comment
+    type: str  # "int8[1, 49, 10, 1]"
+    size_bytes: int
+    align: int  # element size: the least alignment the kernels assume
+    shape: tuple[int, ...]
+    type_code: int
+    bits: int
+
+
+@dataclass
+class GeneratedLibrary:
+    path: Path
+    name: str
+    module: ModuleInfo
+    files: list[str]
+    static_bytes: int  # activations kept in the library's own .bss
+    workspace_bytes: int  # the runtime arena, 0 when the model allocates no workspace
+    runtime_sources: list[str]
+
+
+def generate_library(archive_path: Path, out_dir: Path, board_name: str | None = None,
+                     force: bool = False, module_name: str | None = None) -> GeneratedLibrary:
+    """Render the library of one AOT module of an archive; `board_name`, when given, is
+    checked to be able to run it (the library itself is compiled by the user's toolchain)."""
+    archive, files = load_mlf(archive_path)
+    try:
+        module = archive.module(module_name)
+    except KeyError:
+        names = ", ".join(m.name for m in archive.modules)
+        raise ProjectError(f"{archive_path}: no module '{module_name}' (it has: {names})") from None
+    origin = str(archive_path)
+    _check_library_module(module, origin)
+    if board_name is not None:
+        board = load_board(board_name)
+        check_buildable(module, board, origin)
+        check_fits(module, board, STANDALONE, origin)
+    check_target_dir(out_dir, force)
+
+    rendered = _render(archive_path, archive.sha256 or "directory", files.data, module)
+    write_atomically(out_dir, rendered)
+    return GeneratedLibrary(out_dir, module.name, module, sorted(rendered),
+                            _static_bytes(module), arena_bytes_for(module),
+                            _runtime_sources(module))
+
+
+def _check_library_module(module: ModuleInfo, origin: str) -> None:
+    """Refuse, in one line, a module the library output cannot carry."""
+    if module.executor == "operator":
+        raise UnsupportedModelError(
+            f"{origin}: operator-style archives hold kernels for host-driven timing, not a "
+            "model to call; export the model without --style operator for a library")
+    if module.executor == "graph" or module.entry not in ENTRIES:
+        raise UnsupportedModelError(
+            f"{origin}: the library output needs an AOT module with a run function; module "
+            f"'{module.name}' runs under the graph executor (generate a project for it, or "
+            "export the model again with microtvm-gen export)")
+    if module.accelerators:
+        names = ", ".join(a.name for a in module.accelerators)
+        raise UnsupportedModelError(
+            f"{origin}: the model calls accelerator drivers ({names}); the library output "
+            "does not carry drivers yet (generate a project, or export without them)")
+    if module.objects or needed_libraries(module, origin).cmsis_nn is not None:
+        raise UnsupportedModelError(
+            f"{origin}: the library output takes C sources only, without BYOC partitions; "
+            "this archive has compiled objects or CMSIS-NN partitions (generate a project)")
+    if module.unsupported_calls:
+        raise UnsupportedModelError(
+            f"{origin}: the model's code calls {', '.join(module.unsupported_calls)}, which "
+            "needs a full TVM runtime on the device; not supported")
+
+
+def _uses_runtime(module: ModuleInfo) -> bool:
+    """Code TVM ≤0.18 wrote calls the runtime's error setter and workspace allocator; ours
+    only when a kernel allocates workspace."""
+    return module.abi is None or module.workspace_call_sites > 0
+
+
+def _runtime_sources(module: ModuleInfo) -> list[str]:
+    return [f"runtime/src/{n}" for n in RUNTIME_SOURCES] if _uses_runtime(module) else []
+
+
+def _static_bytes(module: ModuleInfo) -> int:
+    """Activation memory the library's own code holds: the archive's static plan (MLF v8)
+    or its internal pools, and the USMP pools the wrapper declares."""
+    planned = module.plan.pool_bytes if module.plan is not None else 0
+    return planned + sum(p.size_bytes for p in module.pools
+                         if p.kind == "workspace" and (module.plan is None or not p.internal))
+
+
+def _tensor(t: TensorInfo) -> LibraryTensor:
+    shape = tuple(t.effective_shape())
+    bits = dtype_bits(t.dtype)
+    return LibraryTensor(t.c_name, plain_text(t.name),
+                         f"{t.dtype}[{', '.join(str(d) for d in shape)}]", t.size_bytes,
+                         max(1, bits // 8), shape, dlpack_type_code(t.dtype), bits)
+
+
+def _render(archive_path: Path, sha256: str, data: dict[str, bytes],
+            module: ModuleInfo) -> dict[str, bytes]:
+    name = module.name
+    out: dict[str, bytes] = {}
+    for s in module.sources:
+        text = data[s.path]
+        if module.abi is not None and s.path.endswith("_lib0.c"):
+            # TVM 0.27's kernels define one symbol without the module's prefix.
+            text = (f"#define {TVM_LIBRARY_CTX} tvmgen_{name}_library_ctx\n").encode() + text
+        out[f"model/src/{s.path.rsplit('/', 1)[-1]}"] = text
+    model_sources = sorted(out)
+    if module.header:
+        out[f"model/include/{module.header.rsplit('/', 1)[-1]}"] = data[module.header]
+    kernels = [n for n in model_sources if module.abi is not None and n.endswith("_lib0.c")]
+    headers = tvm_headers(out, kernels, ["model/include"]) if kernels else None
+    if headers is not None:
+        out.update(headers.files)
+    runtime_sources = _runtime_sources(module)
+    include_dirs = ["model/include", *(headers.include_dirs if headers else [])]
+    if runtime_sources or module.entry == "packed" or module.abi is None:
+        common = templates_dir() / "common"
+        for rel in RUNTIME_HEADERS:
+            out[f"runtime/include/{rel}"] = (common / "include" / rel).read_bytes()
+        for src in runtime_sources:
+            out[src] = (common / "src" / src.rsplit("/", 1)[-1]).read_bytes()
+        include_dirs.append("runtime/include")  # after TVM's: the kernels see TVM's headers
+    workspace = arena_bytes_for(module)
+    context = {
+        "generator_version": __version__,
+        "abi_version": RUNTIME_ABI_VERSION,
+        "archive_name": plain_text(archive_path.name),
+        "archive_sha256": sha256,
+        "module": module,
+        "name": name,
+        "upper": name.upper(),
+        "guard": f"MTVG_LIBRARY_{name.upper()}_H_",
+        "inputs": [_tensor(t) for t in module.inputs],
+        "outputs": [_tensor(t) for t in module.outputs],
+        "external_pools": [{"c_name": c_identifier(p.name), "size_bytes": p.size_bytes}
+                           for p in module.pools if not p.internal],
+        "static_bytes": _static_bytes(module),
+        "workspace_bytes": workspace,
+        "uses_runtime": bool(runtime_sources),
+        "runtime_sources": runtime_sources,
+        "max_live_blocks": max(MIN_LIVE_BLOCKS, module.workspace_call_sites),
+        "sources": [f"src/{name}.c", *model_sources],
+        "model_sources": model_sources,
+        "private_include_dirs": include_dirs,
+        "defines": ({"MTVG_WORKSPACE_MAX_LIVE": max(MIN_LIVE_BLOCKS, module.workspace_call_sites)}
+                    if runtime_sources else {}),
+        "model_cflags": list(TVM_CODE_CFLAGS),
+    }
+    env = template_environment((str(templates_dir() / TEMPLATE),))
+    renders = {f"include/{name}.h": "library.h.j2", f"src/{name}.c": "library.c.j2",
+               "CMakeLists.txt": "CMakeLists.txt.j2", "sources.txt": "sources.txt.j2",
+               f"{name}.mk": "library.mk.j2", "README.md": "README.md.j2"}
+    for path, template in renders.items():
+        out[path] = env.get_template(template).render(context).encode()
+    out[LIBRARY_FILE] = record_bytes(_record(archive_path, sha256, module, context, headers))
+    return out
+
+
+def _record(archive_path: Path, sha256: str, module: ModuleInfo, context: dict,
+            headers) -> dict:
+    """library.json: what the library was made from and what it holds."""
+    record = {
+        "schema": LIBRARY_SCHEMA,
+        "format": FORMAT,
+        "generator_version": __version__,
+        "runtime_abi": RUNTIME_ABI_VERSION,
+        "archive": {"name": archive_path.name, "sha256": sha256},
+        "module": {"name": module.name, "entry": module.entry,
+                   "inputs": [tensor_json(t) for t in module.inputs],
+                   "outputs": [tensor_json(t) for t in module.outputs]},
+        "static_bytes": context["static_bytes"],
+        "workspace_bytes": context["workspace_bytes"],
+        "sources": context["sources"],
+        "runtime_sources": context["runtime_sources"],
+        "include_dirs": ["include", *context["private_include_dirs"]],
+    }
+    if headers is not None:
+        record["tvm_headers"] = headers.record()
+    return record
+

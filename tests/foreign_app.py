@@ -1,0 +1,164 @@
+"""A firmware that is not ours, linking model libraries (`generate --format library`).
+
+tests/fixtures/foreign_app/ holds its startup, linker script and I/O; `write_main` writes
+its main.c for the models it links. On the host it builds with CMake through each
+library's CMakeLists.txt (`add_subdirectory`); on qemu-mps2-an385 as an IDE would, with the
+compiler alone and each library's `sources.txt`. tests/test_library.py and
+benchmarks/library_size.py both use it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+APP = Path(__file__).resolve().parent / "fixtures" / "foreign_app"
+AN385_CFLAGS = ["-mcpu=cortex-m3", "-mthumb", "-O2", "-ffunction-sections", "-fdata-sections"]
+AN385_LDFLAGS = ["-mcpu=cortex-m3", "-mthumb", "-nostartfiles", "--specs=nano.specs",
+                 "-Wl,--gc-sections"]
+QEMU_AN385 = ["qemu-system-arm", "-machine", "mps2-an385", "-cpu", "cortex-m3",
+              "-display", "none", "-monitor", "none", "-serial", "stdio",
+              "-semihosting-config", "enable=on,target=native"]
+RUN_TIMEOUT = 120
+
+
+@dataclass
+class LinkedModel:
+    """A model library the app links, and the inputs main.c feeds it."""
+
+    name: str
+    library: Path
+    inputs: list[np.ndarray]  # one per model input, in order
+    input_fields: list[str]  # the public structs' members
+    output_fields: list[str]
+    output_bytes: list[int]
+
+
+def write_main(path: Path, models: list[LinkedModel], call: bool = True) -> None:
+    """main.c: each model run once on its inputs; one line per output, '<model> <status>
+    <hex>'. `call=False`: the same program without the models (the flash baseline)."""
+    lines = ['#include <stdint.h>', '#include "app_io.h"']
+    lines += [f'#include "{m.name}.h"' for m in models] if call else []
+    for m in models if call else []:
+        for i, x in enumerate(m.inputs):
+            data = ", ".join(str(b) for b in x.tobytes())
+            lines.append(f"static uint8_t {m.name}_in{i}[{x.nbytes}] "
+                         f"__attribute__((aligned(16))) = {{{data}}};")
+        for i, n in enumerate(m.output_bytes):
+            lines.append(f"static uint8_t {m.name}_out{i}[{n}] __attribute__((aligned(16)));")
+    lines += ["", "int main(void) {", "  int32_t status;"]
+    for m in models if call else []:
+        ins = ", ".join(f".{f} = {m.name}_in{i}" for i, f in enumerate(m.input_fields))
+        outs = ", ".join(f".{f} = {m.name}_out{i}" for i, f in enumerate(m.output_fields))
+        lines += [f"  struct {m.name}_inputs {m.name}_i = {{{ins}}};",
+                  f"  struct {m.name}_outputs {m.name}_o = {{{outs}}};",
+                  f"  status = {m.name}_run(&{m.name}_i, &{m.name}_o);"]
+        for i, n in enumerate(m.output_bytes):
+            lines += [f'  app_write("{m.name} ");',
+                      '  app_write(status == 0 ? "0 " : "failed ");',
+                      f"  app_write_hex({m.name}_out{i}, {n});", '  app_write("\\n");']
+    lines += ['  app_write("done\\n");', "  return 0;", "}", ""]
+    path.write_text("\n".join(lines))
+
+
+def parse_outputs(text: str, models: list[LinkedModel]) -> dict[str, list[bytes]]:
+    """The app's lines back into bytes per model and output; a failed run raises."""
+    assert text.rstrip().endswith("done"), f"the app did not finish:\n{text}"
+    found: dict[str, list[bytes]] = {m.name: [] for m in models}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] in found:
+            assert parts[1] == "0", f"{parts[0]}_run failed"
+            found[parts[0]].append(bytes.fromhex(parts[2]))
+    return found
+
+
+def _tool(name: str) -> str:
+    """A build tool from the suite's own environment (cmake, ninja from PyPI), else PATH."""
+    local = Path(sys.executable).parent / name
+    return str(local) if local.exists() else (shutil.which(name) or name)
+
+
+def build_host(models: list[LinkedModel], work: Path) -> Path:
+    """The app on the host, each library added with add_subdirectory."""
+    work.mkdir(parents=True, exist_ok=True)
+    write_main(work / "main.c", models)
+    subdirs = "\n".join(f'add_subdirectory("{m.library}" {m.name})' for m in models)
+    (work / "CMakeLists.txt").write_text(f"""cmake_minimum_required(VERSION 3.13)
+project(foreign_app C)
+{subdirs}
+add_executable(app main.c "{APP}/host_io.c")
+target_include_directories(app PRIVATE "{APP}")
+target_compile_options(app PRIVATE -Wall -Wextra -Werror)
+target_link_libraries(app PRIVATE {" ".join(m.name for m in models)} m)
+""")
+    build = work / "build"
+    subprocess.run([_tool("cmake"), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}",
+                    "-S", str(work), "-B", str(build)], check=True, capture_output=True)
+    subprocess.run([_tool("ninja"), "-C", str(build)], check=True, capture_output=True)
+    return build / "app"
+
+
+def library_files(library: Path) -> dict[str, list[str]]:
+    """sources.txt's sections: '[sources]' → its lines, and so on."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in (library / "sources.txt").read_text().splitlines():
+        if line.startswith("["):
+            current = line[1:line.index("]")]
+            sections[current] = []
+        elif line and not line.startswith("#") and current is not None:
+            sections[current].append(line)
+    return sections
+
+
+def compile_library_an385(library: Path, objects: Path) -> list[Path]:
+    """One library's objects, compiled as an IDE project would from sources.txt."""
+    files = library_files(library)
+    objects.mkdir(parents=True, exist_ok=True)
+    flags = [*AN385_CFLAGS, *(f"-I{library / d}" for d in files["include directories"]),
+             *(f"-D{d}" for d in files.get("defines", [])),
+             *files["flags for the files under model/"][0].split()]
+    out = []
+    for src in files["sources"] + files.get("runtime sources", []):
+        obj = objects / (src.replace("/", "_") + ".o")
+        subprocess.run(["arm-none-eabi-gcc", *flags, "-c", str(library / src), "-o", str(obj)],
+                       check=True, capture_output=True, text=True)
+        out.append(obj)
+    return out
+
+
+def build_an385(models: list[LinkedModel], work: Path, call: bool = True) -> Path:
+    """The app for qemu-mps2-an385: our startup, linker script and UART, the libraries'
+    objects; `call=False` links no model (the flash baseline)."""
+    work.mkdir(parents=True, exist_ok=True)
+    write_main(work / "main.c", models, call)
+    objects: list[Path] = []
+    for m in models if call else []:
+        objects += compile_library_an385(m.library, work / f"obj-{m.name}")
+    includes = [f"-I{APP}", *(f"-I{m.library / 'include'}" for m in models)]
+    app_sources = [work / "main.c", APP / "an385_startup.c", APP / "an385_io.c"]
+    elf = work / "app.elf"
+    subprocess.run(["arm-none-eabi-gcc", *AN385_CFLAGS, "-Wall", "-Wextra", "-Werror",
+                    *includes, *map(str, app_sources), *map(str, objects),
+                    *AN385_LDFLAGS, f"-T{APP / 'an385.ld'}", "-lm", "-o", str(elf)],
+                   check=True, capture_output=True, text=True)
+    return elf
+
+
+def run_an385(elf: Path) -> str:
+    done = subprocess.run([*QEMU_AN385, "-kernel", str(elf)], capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT)
+    assert done.returncode == 0, f"QEMU exit {done.returncode}: {done.stdout}{done.stderr}"
+    return done.stdout
+
+
+def run_host(app: Path) -> str:
+    done = subprocess.run([str(app)], capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
