@@ -34,7 +34,7 @@ EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 # What generate writes: a firmware project (through the template's Project API server) or
 # the model as a library (generator/project/library.py).
-OUTPUT_FORMATS = ("project", "library")
+OUTPUT_FORMATS = ("project", "library", "zephyr-module")
 
 
 def _fmt_bytes(n: int) -> str:
@@ -344,7 +344,8 @@ class Generate(Command):
         parser.add_argument("--format", choices=OUTPUT_FORMATS, default="project",
                             help="project: a whole firmware project for the board; library: "
                                  "the model as a static library with one header, for your own "
-                                 "firmware (CMake, Makefile or IDE; --board optional)")
+                                 "firmware (CMake, Makefile or IDE; --board optional); "
+                                 "zephyr-module: the library as a Zephyr module")
         parser.add_argument("--board", help="board name (see 'boards'); for a library, the "
                                             "board it is checked against")
         parser.add_argument("-o", "--output", type=Path, required=True,
@@ -375,7 +376,7 @@ class Generate(Command):
         check_output(args.output, "-o", DIRECTORY,
                      inputs=[args.archive, *([args.template] if args.template else [])])
         with_accelerator_path(args.accelerator_path)
-        if args.format == "library":
+        if args.format != "project":
             return self.library(args)
         if args.board is None:
             raise InputError("generate: --board is required for a project (see 'boards')")
@@ -405,16 +406,18 @@ class Generate(Command):
                                             ("--template", args.template),
                                             ("--option", args.option)) if given]
         if refused:
-            raise InputError(f"generate --format library: {refused[0]} is for projects")
-        lib = generate_library(args.archive, args.output, args.board, args.force, args.module)
+            raise InputError(f"generate --format {args.format}: {refused[0]} is for projects")
+        lib = generate_library(args.archive, args.output, args.board, args.force, args.module,
+                               args.format)
         if args.json:
             self.emit_json({"library": str(args.output), "name": lib.name,
-                            "format": "library", "entry": lib.module.entry,
+                            "format": args.format, "entry": lib.module.entry,
                             "static_bytes": lib.static_bytes,
                             "workspace_bytes": lib.workspace_bytes,
                             "runtime_sources": lib.runtime_sources, "files": lib.files})
         else:
-            print(f"generated library {args.output}: {lib.name}.h, {lib.name}_run(); "
+            what = "Zephyr module" if args.format == "zephyr-module" else "library"
+            print(f"generated {what} {args.output}: {lib.name}.h, {lib.name}_run(); "
                   f"{len(lib.files)} files, activations {lib.static_bytes:,} B static"
                   + (f", workspace {lib.workspace_bytes:,} B" if lib.workspace_bytes else "")
                   + (f", runtime {len(lib.runtime_sources)} file(s) shared per firmware"

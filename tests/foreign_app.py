@@ -39,12 +39,12 @@ class LinkedModel:
     output_bytes: list[int]
 
 
-def write_main(path: Path, models: list[LinkedModel], call: bool = True) -> None:
+def write_main(path: Path, models: list[LinkedModel]) -> None:
     """main.c: each model run once on its inputs; one line per output, '<model> <status>
-    <hex>'. `call=False`: the same program without the models (the flash baseline)."""
+    <hex>'."""
     lines = ['#include <stdint.h>', '#include "app_io.h"']
-    lines += [f'#include "{m.name}.h"' for m in models] if call else []
-    for m in models if call else []:
+    lines += [f'#include "{m.name}.h"' for m in models]
+    for m in models:
         for i, x in enumerate(m.inputs):
             data = ", ".join(str(b) for b in x.tobytes())
             lines.append(f"static uint8_t {m.name}_in{i}[{x.nbytes}] "
@@ -52,7 +52,7 @@ def write_main(path: Path, models: list[LinkedModel], call: bool = True) -> None
         for i, n in enumerate(m.output_bytes):
             lines.append(f"static uint8_t {m.name}_out{i}[{n}] __attribute__((aligned(16)));")
     lines += ["", "int main(void) {", "  int32_t status;"]
-    for m in models if call else []:
+    for m in models:
         ins = ", ".join(f".{f} = {m.name}_in{i}" for i, f in enumerate(m.input_fields))
         outs = ", ".join(f".{f} = {m.name}_out{i}" for i, f in enumerate(m.output_fields))
         lines += [f"  struct {m.name}_inputs {m.name}_i = {{{ins}}};",
@@ -133,14 +133,16 @@ def compile_library_an385(library: Path, objects: Path) -> list[Path]:
     return out
 
 
-def build_an385(models: list[LinkedModel], work: Path, call: bool = True) -> Path:
-    """The app for qemu-mps2-an385: our startup, linker script and UART, the libraries'
-    objects; `call=False` links no model (the flash baseline)."""
+def build_an385(models: list[LinkedModel], work: Path,
+                objects: list[Path] | None = None) -> Path:
+    """The app for qemu-mps2-an385: its startup, linker script and UART, and the libraries'
+    objects (or `objects` in their place: a stub for a flash baseline)."""
     work.mkdir(parents=True, exist_ok=True)
-    write_main(work / "main.c", models, call)
-    objects: list[Path] = []
-    for m in models if call else []:
-        objects += compile_library_an385(m.library, work / f"obj-{m.name}")
+    write_main(work / "main.c", models)
+    if objects is None:
+        objects = []
+        for m in models:
+            objects += compile_library_an385(m.library, work / f"obj-{m.name}")
     includes = [f"-I{APP}", *(f"-I{m.library / 'include'}" for m in models)]
     app_sources = [work / "main.c", APP / "an385_startup.c", APP / "an385_io.c"]
     elf = work / "app.elf"
@@ -162,3 +164,55 @@ def run_host(app: Path) -> str:
     done = subprocess.run([str(app)], capture_output=True, text=True, timeout=RUN_TIMEOUT)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
+
+
+def build_zephyr(models: list[LinkedModel], work: Path, zephyr_base: Path, board: str,
+                 env: dict[str, str]) -> Path:
+    """Zephyr's own samples/hello_world with its main.c replaced by ours and the model
+    libraries added as Zephyr modules (ZEPHYR_EXTRA_MODULES, CONFIG_MTVG_MODEL_<NAME>=y)."""
+    from generator.project.zephyr import toolchain_env, zephyr_python
+
+    app = work / "hello_world"
+    shutil.copytree(zephyr_base / "samples" / "hello_world", app)
+    write_main(app / "src" / "main.c", models)
+    for name in ("zephyr_io.c", "app_io.h"):
+        shutil.copy(APP / name, app / "src" / name)
+    with (app / "CMakeLists.txt").open("a") as f:
+        f.write("target_sources(app PRIVATE src/zephyr_io.c)\n")
+    with (app / "prj.conf").open("a") as f:
+        f.write("".join(f"CONFIG_MTVG_MODEL_{m.name.upper()}=y\n" for m in models))
+    env = toolchain_env(env)
+    build = work / "build"
+    modules = ";".join(str(m.library) for m in models)
+    for command in (["cmake", "-G", "Ninja", "-S", str(app), "-B", str(build),
+                     f"-DBOARD={board}", f"-DZEPHYR_EXTRA_MODULES={modules}",
+                     f"-DPython3_EXECUTABLE={zephyr_python(env)}"],
+                    ["cmake", "--build", str(build)]):
+        done = subprocess.run([_tool(command[0]), *command[1:]], env=env, capture_output=True,
+                              text=True)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return build / "zephyr" / "zephyr.elf"
+
+
+def run_qemu_until_done(command: list[str], timeout: float = RUN_TIMEOUT) -> str:
+    """Run a QEMU that never exits by itself until the app prints 'done'; then stop it."""
+    import select
+    import time
+
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+    text = b""
+    deadline = time.monotonic() + timeout
+    try:
+        assert proc.stdout is not None
+        while b"done" not in text and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+            if ready:
+                chunk = proc.stdout.read1(4096)  # type: ignore[attr-defined]
+                if not chunk:
+                    break
+                text += chunk
+    finally:
+        proc.kill()
+        proc.wait()
+    return text.decode(errors="replace").replace("\r\n", "\n")

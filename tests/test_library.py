@@ -30,11 +30,14 @@ from tests.foreign_app import (
     LinkedModel,
     build_an385,
     build_host,
+    build_zephyr,
     compile_library_an385,
     parse_outputs,
     run_an385,
     run_host,
+    run_qemu_until_done,
 )
+from tests.test_zephyr import zephyr_tree  # noqa: F401 (the fixture)
 
 MODELS = REPO / "tests" / "fixtures" / "models"
 # (module name, model file): each exported with its own --module, as two models in one
@@ -61,8 +64,18 @@ def libraries(tmp_path_factory) -> dict[str, tuple[Path, LinkedModel]]:
     return out
 
 
+_ours_cache: dict[tuple[str, str], list[bytes]] = {}
+
+
 def _ours(archive: Path, board: str, model: LinkedModel, work: Path) -> list[bytes]:
-    """The same inputs through `run` on our own project for the board."""
+    """The same inputs through `run` on our own project for the board (once per module)."""
+    key = (str(archive), board)
+    if key not in _ours_cache:
+        _ours_cache[key] = _run_ours(archive, board, model, work)
+    return _ours_cache[key]
+
+
+def _run_ours(archive: Path, board: str, model: LinkedModel, work: Path) -> list[bytes]:
     project = work / f"project-{model.name}-{board}"
     generate(archive, board, project)
     record = json.loads((project / "project.json").read_text())["module"]
@@ -155,6 +168,43 @@ def test_generate_format_library_cli(libraries, tmp_path, capsys):
                  "--project-type", "standalone"]) == 2
     assert "--project-type is for projects" in capsys.readouterr().err
     assert not (tmp_path / "p").exists() and not (tmp_path / "q").exists()
+
+
+def test_the_zephyr_module_files(libraries, tmp_path):
+    """--format zephyr-module: the library plus zephyr/module.yml, Kconfig and a CMakeLists
+    that compiles the same files when CONFIG_MTVG_MODEL_<NAME> is set."""
+    lib = generate_library(libraries["kws"][0], tmp_path / "kws", fmt="zephyr-module").path
+    module = (lib / "zephyr" / "module.yml").read_text()
+    assert "name: mtvg-model-kws" in module
+    assert "  cmake: zephyr\n" in module and "  kconfig: zephyr/Kconfig\n" in module
+    assert "config MTVG_MODEL_KWS\n\tbool " in (lib / "zephyr" / "Kconfig").read_text()
+    cmake = (lib / "zephyr" / "CMakeLists.txt").read_text()
+    assert cmake.count("if(CONFIG_MTVG_MODEL_KWS)") == 1
+    listed = re.findall(r"\$\{MTVG_KWS_ROOT\}/(\S+?\.c)\b", cmake)
+    assert "src/kws.c" in listed and all((lib / f).is_file() for f in listed)
+    assert json.loads((lib / LIBRARY_FILE).read_text())["format"] == "zephyr-module"
+    # The plain library has none of it.
+    assert not (libraries["kws"][1].library / "zephyr").exists()
+
+
+def test_zephyr_hello_world_runs_the_models(libraries, zephyr_tree, tmp_path):  # noqa: F811
+    """Zephyr's own samples/hello_world, its main.c replaced by one that runs both models,
+    with the two Zephyr modules added: on qemu_cortex_m3, the outputs of `run` on our
+    project for qemu-mps2-an385 (also a Cortex-M3)."""
+    import os
+
+    models = []
+    for name, (archive, linked) in libraries.items():
+        lib = generate_library(archive, tmp_path / f"zm-{name}", fmt="zephyr-module")
+        models.append(LinkedModel(name, lib.path, linked.inputs, linked.input_fields,
+                                  linked.output_fields, linked.output_bytes))
+    elf = build_zephyr(models, tmp_path / "zephyr-app", zephyr_tree, "qemu_cortex_m3",
+                       dict(os.environ))
+    text = run_qemu_until_done(["qemu-system-arm", "-machine", "lm3s6965evb", "-cpu",
+                                "cortex-m3", "-nographic", "-kernel", str(elf)])
+    got = parse_outputs(text, models)
+    for archive, model in libraries.values():
+        assert got[model.name] == _ours(archive, "qemu-mps2-an385", model, tmp_path)
 
 
 def test_refusals_leave_nothing(libraries, tmp_path):

@@ -31,10 +31,16 @@ from generator.project.generate import TVM_CODE_CFLAGS, plain_text, template_env
 from generator.project.libraries import needed_libraries
 from generator.project.record import record_bytes, tensor_json
 from generator.project.sizing import MIN_LIVE_BLOCKS, STANDALONE, arena_bytes_for
-from generator.project.tvm_headers import tvm_headers
+from generator.project.tvm_headers import TvmHeaders, tvm_headers
 from generator.resources import templates_dir
 
+# The formats this module writes: the library, and the library as a Zephyr module (the
+# same folder plus zephyr/module.yml, Kconfig and CMakeLists.txt).
 FORMAT = "library"
+ZEPHYR_MODULE = "zephyr-module"
+FORMATS = (FORMAT, ZEPHYR_MODULE)
+ZEPHYR_FILES = {"zephyr/module.yml": "zephyr/module.yml.j2", "zephyr/Kconfig": "zephyr/Kconfig.j2",
+                "zephyr/CMakeLists.txt": "zephyr/CMakeLists.txt.j2"}
 LIBRARY_FILE = "library.json"
 LIBRARY_SCHEMA = 1
 TEMPLATE = "library"
@@ -75,9 +81,13 @@ class GeneratedLibrary:
 
 
 def generate_library(archive_path: Path, out_dir: Path, board_name: str | None = None,
-                     force: bool = False, module_name: str | None = None) -> GeneratedLibrary:
-    """Render the library of one AOT module of an archive; `board_name`, when given, is
-    checked to be able to run it (the library itself is compiled by the user's toolchain)."""
+                     force: bool = False, module_name: str | None = None,
+                     fmt: str = FORMAT) -> GeneratedLibrary:
+    """Render the library of one AOT module of an archive (`fmt`: one of FORMATS);
+    `board_name`, when given, is checked to be able to run it (the library itself is
+    compiled by the user's toolchain)."""
+    if fmt not in FORMATS:
+        raise ProjectError(f"unknown library format '{fmt}' (choose {' or '.join(FORMATS)})")
     archive, files = load_mlf(archive_path)
     try:
         module = archive.module(module_name)
@@ -92,7 +102,7 @@ def generate_library(archive_path: Path, out_dir: Path, board_name: str | None =
         check_fits(module, board, STANDALONE, origin)
     check_target_dir(out_dir, force)
 
-    rendered = _render(archive_path, archive.sha256 or "directory", files.data, module)
+    rendered = _render(archive_path, archive.sha256 or "directory", files.data, module, fmt)
     write_atomically(out_dir, rendered)
     return GeneratedLibrary(out_dir, module.name, module, sorted(rendered),
                             _static_bytes(module), arena_bytes_for(module),
@@ -152,7 +162,7 @@ def _tensor(t: TensorInfo) -> LibraryTensor:
 
 
 def _render(archive_path: Path, sha256: str, data: dict[str, bytes],
-            module: ModuleInfo) -> dict[str, bytes]:
+            module: ModuleInfo, fmt: str) -> dict[str, bytes]:
     name = module.name
     out: dict[str, bytes] = {}
     for s in module.sources:
@@ -206,19 +216,21 @@ def _render(archive_path: Path, sha256: str, data: dict[str, bytes],
     env = template_environment((str(templates_dir() / TEMPLATE),))
     renders = {f"include/{name}.h": "library.h.j2", f"src/{name}.c": "library.c.j2",
                "CMakeLists.txt": "CMakeLists.txt.j2", "sources.txt": "sources.txt.j2",
-               f"{name}.mk": "library.mk.j2", "README.md": "README.md.j2"}
+               f"{name}.mk": "library.mk.j2", "README.md": "README.md.j2",
+               **(ZEPHYR_FILES if fmt == ZEPHYR_MODULE else {})}
     for path, template in renders.items():
         out[path] = env.get_template(template).render(context).encode()
-    out[LIBRARY_FILE] = record_bytes(_record(archive_path, sha256, module, context, headers))
+    out[LIBRARY_FILE] = record_bytes(_record(archive_path, sha256, module, context, headers,
+                                             fmt))
     return out
 
 
 def _record(archive_path: Path, sha256: str, module: ModuleInfo, context: dict,
-            headers) -> dict:
+            headers: TvmHeaders | None, fmt: str) -> dict:
     """library.json: what the library was made from and what it holds."""
     record = {
         "schema": LIBRARY_SCHEMA,
-        "format": FORMAT,
+        "format": fmt,
         "generator_version": __version__,
         "runtime_abi": RUNTIME_ABI_VERSION,
         "archive": {"name": archive_path.name, "sha256": sha256},
