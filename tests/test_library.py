@@ -37,6 +37,7 @@ from tests.foreign_app import (
     run_host,
     run_qemu_until_done,
 )
+from tests.test_json_schemas import validate
 from tests.test_zephyr import zephyr_tree  # noqa: F401 (the fixture)
 
 MODELS = REPO / "tests" / "fixtures" / "models"
@@ -159,6 +160,7 @@ def test_generate_format_library_cli(libraries, tmp_path, capsys):
     assert main(["generate", str(archive), "--format", "library", "-o", str(tmp_path / "l"),
                  "--board", "qemu-mps2-an385", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
+    validate("generate --format library", report)
     assert report["name"] == "hello" and report["runtime_sources"] == []
     assert "include/hello.h" in report["files"]
     # A project needs a board; a library takes no project options.
