@@ -56,7 +56,7 @@ class LibrarySize:
     kernels: int
     weights: int
     beyond: int  # flash_added - kernels - weights
-    static_ram: int  # the library's .bss (activations)
+    static_ram: int  # the .bss the library adds: its workspace for <name>_run
 
 
 def section_sizes(elf: Path) -> dict[str, int]:
@@ -115,7 +115,7 @@ def measure(name: str, work: Path) -> LibrarySize:
 
 def lines(sizes: list[LibrarySize]) -> list[str]:
     out = ["| model | flash added | kernels | weights | beyond kernels and weights | "
-           "activations (.bss) |", "|---|---:|---:|---:|---:|---:|"]
+           "RAM (.bss) |", "|---|---:|---:|---:|---:|---:|"]
     for s in sizes:
         out.append(f"| {s.model} | {s.flash_added:,} | {s.kernels:,} | {s.weights:,} | "
                    f"{s.beyond:,} | {s.static_ram:,} |")

@@ -418,8 +418,9 @@ class Generate(Command):
         else:
             what = "Zephyr module" if args.format == "zephyr-module" else "library"
             print(f"generated {what} {args.output}: {lib.name}.h, {lib.name}_run(); "
-                  f"{len(lib.files)} files, activations {lib.static_bytes:,} B static"
-                  + (f", workspace {lib.workspace_bytes:,} B" if lib.workspace_bytes else "")
+                  f"{len(lib.files)} files, workspace {lib.workspace_bytes:,} B"
+                  + (f", {lib.static_bytes:,} B static in the model's code"
+                     if lib.static_bytes else "")
                   + (f", runtime {len(lib.runtime_sources)} file(s) shared per firmware"
                      if lib.runtime_sources else ", no runtime"))
         return EXIT_OK

@@ -39,11 +39,18 @@ class LinkedModel:
     output_bytes: list[int]
 
 
-def write_main(path: Path, models: list[LinkedModel]) -> None:
+def write_main(path: Path, models: list[LinkedModel], shared: bool = False) -> None:
     """main.c: each model run once on its inputs; one line per output, '<model> <status>
-    <hex>'."""
+    <hex>'. `shared`: then each model once more with <name>_run_with_workspace() in one
+    buffer all share ('<model>@shared ...' lines)."""
     lines = ['#include <stdint.h>', '#include "app_io.h"']
     lines += [f'#include "{m.name}.h"' for m in models]
+    if shared:
+        size = "0u"
+        for m in models:
+            macro = f"{m.name.upper()}_WORKSPACE_BYTES"
+            size = f"({macro} > {size} ? {macro} : {size})"
+        lines.append(f"static uint8_t shared_workspace[{size}] __attribute__((aligned(16)));")
     for m in models:
         for i, x in enumerate(m.inputs):
             data = ", ".join(str(b) for b in x.tobytes())
@@ -58,18 +65,28 @@ def write_main(path: Path, models: list[LinkedModel]) -> None:
         lines += [f"  struct {m.name}_inputs {m.name}_i = {{{ins}}};",
                   f"  struct {m.name}_outputs {m.name}_o = {{{outs}}};",
                   f"  status = {m.name}_run(&{m.name}_i, &{m.name}_o);"]
-        for i, n in enumerate(m.output_bytes):
-            lines += [f'  app_write("{m.name} ");',
-                      '  app_write(status == 0 ? "0 " : "failed ");',
-                      f"  app_write_hex({m.name}_out{i}, {n});", '  app_write("\\n");']
+        lines += _print_outputs(m, m.name)
+        if shared:
+            lines += [f"  status = {m.name}_run_with_workspace(&{m.name}_i, &{m.name}_o, "
+                      "shared_workspace, sizeof(shared_workspace));",
+                      *_print_outputs(m, f"{m.name}@shared")]
     lines += ['  app_write("done\\n");', "  return 0;", "}", ""]
     path.write_text("\n".join(lines))
+
+
+def _print_outputs(m: LinkedModel, label: str) -> list[str]:
+    lines = []
+    for i, n in enumerate(m.output_bytes):
+        lines += [f'  app_write("{label} ");', '  app_write(status == 0 ? "0 " : "failed ");',
+                  f"  app_write_hex({m.name}_out{i}, {n});", '  app_write("\\n");']
+    return lines
 
 
 def parse_outputs(text: str, models: list[LinkedModel]) -> dict[str, list[bytes]]:
     """The app's lines back into bytes per model and output; a failed run raises."""
     assert text.rstrip().endswith("done"), f"the app did not finish:\n{text}"
-    found: dict[str, list[bytes]] = {m.name: [] for m in models}
+    found: dict[str, list[bytes]] = {label: [] for m in models
+                                     for label in (m.name, f"{m.name}@shared")}
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 3 and parts[0] in found:
@@ -84,10 +101,10 @@ def _tool(name: str) -> str:
     return str(local) if local.exists() else (shutil.which(name) or name)
 
 
-def build_host(models: list[LinkedModel], work: Path) -> Path:
+def build_host(models: list[LinkedModel], work: Path, shared: bool = False) -> Path:
     """The app on the host, each library added with add_subdirectory."""
     work.mkdir(parents=True, exist_ok=True)
-    write_main(work / "main.c", models)
+    write_main(work / "main.c", models, shared)
     subdirs = "\n".join(f'add_subdirectory("{m.library}" {m.name})' for m in models)
     (work / "CMakeLists.txt").write_text(f"""cmake_minimum_required(VERSION 3.13)
 project(foreign_app C)
@@ -133,12 +150,12 @@ def compile_library_an385(library: Path, objects: Path) -> list[Path]:
     return out
 
 
-def build_an385(models: list[LinkedModel], work: Path,
-                objects: list[Path] | None = None) -> Path:
+def build_an385(models: list[LinkedModel], work: Path, objects: list[Path] | None = None,
+                shared: bool = False) -> Path:
     """The app for qemu-mps2-an385: its startup, linker script and UART, and the libraries'
     objects (or `objects` in their place: a stub for a flash baseline)."""
     work.mkdir(parents=True, exist_ok=True)
-    write_main(work / "main.c", models)
+    write_main(work / "main.c", models, shared)
     if objects is None:
         objects = []
         for m in models:

@@ -97,16 +97,19 @@ def test_two_libraries_in_a_foreign_firmware(board, libraries, tmp_path):
     require_board_tools(board)
     models = [linked for _, linked in libraries.values()]
     if board == "host":
-        text = run_host(build_host(models, tmp_path / "app"))
+        text = run_host(build_host(models, tmp_path / "app", shared=True))
         symbols = {m.name: _global_symbols("nm", [tmp_path / "app" / "build" / m.name /
                                                   f"lib{m.name}.a"]) for m in models}
     else:
-        text = run_an385(build_an385(models, tmp_path / "app"))
+        text = run_an385(build_an385(models, tmp_path / "app", shared=True))
         symbols = {m.name: _global_symbols("arm-none-eabi-nm", sorted(
             (tmp_path / "app" / f"obj-{m.name}").glob("*.o"))) for m in models}
     got = parse_outputs(text, models)
     for archive, model in libraries.values():
-        assert got[model.name] == _ours(archive, board, model, tmp_path), model.name
+        want = _ours(archive, board, model, tmp_path)
+        assert got[model.name] == want, model.name
+        # Again in one workspace the application gives both models (<name>_run_with_workspace).
+        assert got[f"{model.name}@shared"] == want, model.name
     # No runtime in either (exported models without workspace): nothing shared, and every
     # global symbol carries its module's name.
     assert not symbols["kws"] & symbols["hello"]
@@ -126,8 +129,9 @@ def test_the_library_folder(libraries):
                 or "microtvm_api_server" in f or f == "model.tar"]
     header = (lib / "include" / "kws.h").read_text()
     for line in ("#define KWS_INPUT_0_BYTES 490u", "#define KWS_OUTPUT_0_BYTES 12u",
-                 "#define KWS_STATIC_BYTES 16000u", "#define KWS_WORKSPACE_BYTES 0u",
-                 "int32_t kws_run(const struct kws_inputs* inputs,"):
+                 "#define KWS_STATIC_BYTES 0u", "#define KWS_WORKSPACE_BYTES 16000u",
+                 "int32_t kws_run(const struct kws_inputs* inputs,",
+                 "int32_t kws_run_with_workspace(const struct kws_inputs* inputs,"):
         assert line in header
     assert "main(" not in (lib / "src" / "kws.c").read_text()
     # TVM 0.27's one unprefixed symbol is renamed in the kernels' file.
@@ -235,11 +239,10 @@ def test_an_older_archive_as_a_library(fixture, tmp_path):
     model = LinkedModel(lib.name, lib.path, inputs, [t.c_name for t in lib.module.inputs],
                         [t.c_name for t in lib.module.outputs],
                         [t.size_bytes for t in lib.module.outputs])
-    got = parse_outputs(run_host(build_host([model], tmp_path / "app")), [model])
-    assert got[lib.name] == _ours(archive, "host", model, tmp_path)
-    if lib.workspace_bytes:
-        header = (lib.path / "include" / f"{lib.name}.h").read_text()
-        assert f"int32_t {lib.name}_run_with_workspace(" in header
+    assert lib.workspace_bytes > 0  # the runtime's arena: static, or the caller's
+    got = parse_outputs(run_host(build_host([model], tmp_path / "app", shared=True)), [model])
+    want = _ours(archive, "host", model, tmp_path)
+    assert got[lib.name] == got[f"{lib.name}@shared"] == want
 
 
 def _random(dtype: str, shape, rng) -> np.ndarray:

@@ -15,6 +15,7 @@ from generator.cnames import c_identifiers
 from generator.errors import ExportError, MlfError
 from generator.export.lower import Lowered, Program
 from generator.export.planner import ALIGN, Interval, Plan, plan
+from generator.mlf.model import external_pool_macro
 from generator.mlf.schema import check_tensor_name
 
 ACCEL_RUN_FAILED = abi.constant("MTVG_ACCEL_RUN_FAILED")  # the generated code has no mtvg/ headers
@@ -200,9 +201,15 @@ def _run_source(module: str, lowered: Lowered, program: Program, memory_plan: Pl
             for tid, name in const_names.items()]
     if memory_plan.pool_bytes:
         out += ["", f"/* Activations: {len(memory_plan.placements)} tensors in "
-                f"{memory_plan.pool_bytes} bytes (lower bound {memory_plan.lower_bound}). */",
+                f"{memory_plan.pool_bytes} bytes (lower bound {memory_plan.lower_bound}). "
+                f"Built with {external_pool_macro(module)} defined, the pool is the caller's: "
+                f"{pool} points at {memory_plan.pool_bytes} bytes aligned to {ALIGN}. */",
+                f"#ifdef {external_pool_macro(module)}",
+                f"extern uint8_t* {pool};",
+                "#else",
                 f"static uint8_t __attribute__((aligned({ALIGN}))) "
-                f"{pool}[{memory_plan.pool_bytes}];"]
+                f"{pool}[{memory_plan.pool_bytes}];",
+                "#endif"]
     out += ["", f"int32_t {prefix}run(struct {prefix}inputs* inputs, "
             f"struct {prefix}outputs* outputs) {{",
             "  (void)inputs;", "  (void)outputs;", *body, "  return 0;", "}", ""]

@@ -14,6 +14,13 @@ def c_identifier(name: str) -> str:
     return re.sub(r"[^0-9A-Za-z]", "_", name)
 
 
+def external_pool_macro(module: str) -> str:
+    """MLF v8 (our exporter): the macro that makes the run function's activation pool a
+    pointer the caller sets (the library output's `<name>_run_with_workspace`), where it is
+    otherwise a static array."""
+    return f"TVMGEN_{module.upper()}_EXTERNAL_POOL"
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """One model input or output."""

@@ -22,7 +22,7 @@ from generator import RUNTIME_ABI_VERSION, __version__
 from generator.boards import load_board
 from generator.errors import ProjectError, UnsupportedModelError
 from generator.mlf.dtypes import dlpack_type_code, dtype_bits
-from generator.mlf.model import ModuleInfo, TensorInfo, c_identifier
+from generator.mlf.model import ModuleInfo, TensorInfo, c_identifier, external_pool_macro
 from generator.mlf.reader import load_mlf
 from generator.project.atomic_write import check_target_dir, write_atomically
 from generator.project.checks import check_buildable
@@ -30,7 +30,12 @@ from generator.project.fit import check_fits
 from generator.project.generate import TVM_CODE_CFLAGS, plain_text, template_environment
 from generator.project.libraries import needed_libraries
 from generator.project.record import record_bytes, tensor_json
-from generator.project.sizing import MIN_LIVE_BLOCKS, STANDALONE, arena_bytes_for
+from generator.project.sizing import (
+    MIN_LIVE_BLOCKS,
+    STANDALONE,
+    WORKSPACE_ALIGN,
+    arena_bytes_for,
+)
 from generator.project.tvm_headers import TvmHeaders, tvm_headers
 from generator.resources import templates_dir
 
@@ -104,8 +109,9 @@ def generate_library(archive_path: Path, out_dir: Path, board_name: str | None =
 
     rendered = _render(archive_path, archive.sha256 or "directory", files.data, module, fmt)
     write_atomically(out_dir, rendered)
+    memory = _memory(module, _pool_hook(module, files.data) is not None)
     return GeneratedLibrary(out_dir, module.name, module, sorted(rendered),
-                            _static_bytes(module), arena_bytes_for(module),
+                            memory.fixed_bytes, memory.workspace_bytes,
                             _runtime_sources(module))
 
 
@@ -145,12 +151,43 @@ def _runtime_sources(module: ModuleInfo) -> list[str]:
     return [f"runtime/src/{n}" for n in RUNTIME_SOURCES] if _uses_runtime(module) else []
 
 
-def _static_bytes(module: ModuleInfo) -> int:
-    """Activation memory the library's own code holds: the archive's static plan (MLF v8)
-    or its internal pools, and the USMP pools the wrapper declares."""
+@dataclass(frozen=True)
+class LibraryMemory:
+    """Where a library's activations live."""
+
+    fixed_bytes: int  # static in the library whichever function runs it
+    pool_bytes: int  # the run function's activation pool, when it can be the caller's
+    arena_bytes: int  # the runtime's workspace arena (TVMBackendAllocWorkspace)
+
+    @property
+    def pool_part(self) -> int:
+        """Where the arena starts in a workspace: after the pool, aligned."""
+        return -(-self.pool_bytes // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+
+    @property
+    def workspace_bytes(self) -> int:
+        """What `<name>_run` holds statically and `<name>_run_with_workspace` takes."""
+        return self.pool_part + self.arena_bytes
+
+
+def _pool_hook(module: ModuleInfo, data: dict[str, bytes]) -> str | None:
+    """The run source (MLF v8) whose activation pool the caller may supply: it has the
+    `#ifdef TVMGEN_<MOD>_EXTERNAL_POOL` our exporter writes (archives exported before it
+    keep a static pool)."""
+    if module.plan is None or module.plan.pool_bytes == 0:
+        return None
+    marker = f"#ifdef {external_pool_macro(module.name)}\n".encode()
+    return next((s.path for s in module.sources if marker in data[s.path]), None)
+
+
+def _memory(module: ModuleInfo, hooked: bool) -> LibraryMemory:
+    """The archive's static plan (MLF v8) or TVM's internal pools stay in the library, and
+    the USMP pools the wrapper declares; a hooked pool and the arena are the workspace."""
     planned = module.plan.pool_bytes if module.plan is not None else 0
-    return planned + sum(p.size_bytes for p in module.pools
-                         if p.kind == "workspace" and (module.plan is None or not p.internal))
+    fixed = sum(p.size_bytes for p in module.pools
+                if p.kind == "workspace" and (module.plan is None or not p.internal))
+    return LibraryMemory(fixed + (0 if hooked else planned), planned if hooked else 0,
+                         arena_bytes_for(module))
 
 
 def _tensor(t: TensorInfo) -> LibraryTensor:
@@ -164,12 +201,16 @@ def _tensor(t: TensorInfo) -> LibraryTensor:
 def _render(archive_path: Path, sha256: str, data: dict[str, bytes],
             module: ModuleInfo, fmt: str) -> dict[str, bytes]:
     name = module.name
+    hook = _pool_hook(module, data)
+    memory = _memory(module, hook is not None)
     out: dict[str, bytes] = {}
     for s in module.sources:
         text = data[s.path]
         if module.abi is not None and s.path.endswith("_lib0.c"):
             # TVM 0.27's kernels define one symbol without the module's prefix.
             text = (f"#define {TVM_LIBRARY_CTX} tvmgen_{name}_library_ctx\n").encode() + text
+        if s.path == hook:  # the activation pool is the wrapper's pointer
+            text = f"#define {external_pool_macro(name)} 1\n".encode() + text
         out[f"model/src/{s.path.rsplit('/', 1)[-1]}"] = text
     model_sources = sorted(out)
     if module.header:
@@ -187,7 +228,6 @@ def _render(archive_path: Path, sha256: str, data: dict[str, bytes],
         for src in runtime_sources:
             out[src] = (common / "src" / src.rsplit("/", 1)[-1]).read_bytes()
         include_dirs.append("runtime/include")  # after TVM's: the kernels see TVM's headers
-    workspace = arena_bytes_for(module)
     context = {
         "generator_version": __version__,
         "abi_version": RUNTIME_ABI_VERSION,
@@ -201,8 +241,11 @@ def _render(archive_path: Path, sha256: str, data: dict[str, bytes],
         "outputs": [_tensor(t) for t in module.outputs],
         "external_pools": [{"c_name": c_identifier(p.name), "size_bytes": p.size_bytes}
                            for p in module.pools if not p.internal],
-        "static_bytes": _static_bytes(module),
-        "workspace_bytes": workspace,
+        "static_bytes": memory.fixed_bytes,
+        "workspace_bytes": memory.workspace_bytes,
+        "pool_symbol": f"tvmgen_{name}_workspace_pool" if hook else None,
+        "pool_part": memory.pool_part,
+        "arena_bytes": memory.arena_bytes,
         "uses_runtime": bool(runtime_sources),
         "runtime_sources": runtime_sources,
         "max_live_blocks": max(MIN_LIVE_BLOCKS, module.workspace_call_sites),
