@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,31 @@ class FlashSpec:
     runners: dict[str, dict] = field(default_factory=dict, compare=False, hash=False)
 
 
+# Speed classes of a board's memories, fastest first (automatic placement tries them in
+# this order).
+REGION_KINDS = ("tcm", "sram", "external", "flash")
+REGION_NAME_RE = re.compile(r"[A-Z][A-Z0-9_]{0,15}")
+
+
+@dataclass(frozen=True)
+class MemoryRegion:
+    """One memory of a board ([[regions]] in its board file)."""
+
+    name: str  # upper-case, as the linker script's MEMORY names it
+    origin: int
+    size: int
+    kind: str  # one of REGION_KINDS
+    executable: bool = False  # code may run from it
+
+    @property
+    def end(self) -> int:
+        return self.origin + self.size
+
+    @property
+    def writable(self) -> bool:
+        return self.kind != "flash"
+
+
 @dataclass(frozen=True)
 class Board:
     name: str
@@ -70,6 +96,8 @@ class Board:
     features: tuple[str, ...] = ()
     usb: UsbSpec | None = None
     flash: FlashSpec | None = None
+    # Its memories by speed class (generate --place); empty: only FLASH and RAM.
+    regions: tuple[MemoryRegion, ...] = ()
     source: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -141,6 +169,7 @@ def parse_board(path: Path) -> Board:
             features=_strings(data.get("features", ()), "features"),
             usb=_parse_usb(path, data.get("usb")),
             flash=_parse_flash(path, data.get("flash")),
+            regions=_parse_regions(path, data.get("regions", [])),
             source=data,
         )
     except (KeyError, TypeError) as exc:
@@ -153,6 +182,29 @@ def parse_board(path: Path) -> Board:
     if problem:
         raise BoardError(f"{path}: {problem}")
     return board
+
+
+def _parse_regions(path: Path, entries: list) -> tuple[MemoryRegion, ...]:
+    """[[regions]] name, origin, size, kind, executable: distinct names, no overlaps."""
+    if not isinstance(entries, list):
+        raise BoardError(f"{path}: 'regions' must be an array of tables ([[regions]])")
+    regions = []
+    for entry in entries:
+        region = MemoryRegion(name=str(entry["name"]), origin=int(entry["origin"]),
+                              size=int(entry["size"]), kind=str(entry["kind"]),
+                              executable=bool(entry.get("executable", False)))
+        if not REGION_NAME_RE.fullmatch(region.name) or region.kind not in REGION_KINDS \
+                or region.size <= 0 or region.origin < 0 or region.end > 1 << 32:
+            raise BoardError(f"{path}: region {region.name!r}: a name of capitals, digits and "
+                             f"'_', a kind of {', '.join(REGION_KINDS)}, and an origin and "
+                             "size inside the 32-bit address space")
+        clash = next((r for r in regions if r.name == region.name
+                      or (r.origin < region.end and region.origin < r.end)), None)
+        if clash is not None:
+            raise BoardError(f"{path}: regions {clash.name} and {region.name} overlap or share "
+                             "a name")
+        regions.append(region)
+    return tuple(regions)
 
 
 def _link_name(path: Path, data: dict) -> str:

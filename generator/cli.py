@@ -360,6 +360,10 @@ class Generate(Command):
         parser.add_argument("--cmsis-nn", type=Path, metavar="PATH",
                             help="CMSIS-NN source tree, for archives with cmsis-nn BYOC "
                                  "partitions (default: $CMSIS_NN_PATH)")
+        parser.add_argument("--place", metavar="ITEM=REGION,...",
+                            help="put the model's activations, scratch, weights or code in the "
+                                 "board's memory regions (e.g. activations=DTCM,weights=DDR), "
+                                 "or 'auto': hot and small first into the fastest that fits")
         parser.add_argument("--template", type=Path, metavar="DIR",
                             help="template directory with a Project API server "
                                  "(default: the built-in CRT template)")
@@ -383,6 +387,7 @@ class Generate(Command):
         options = {"board": args.board, "project_type": args.project_type,
                    "module": args.module, "force": args.force or None,
                    "cmsis_path": str(args.cmsis_nn.resolve()) if args.cmsis_nn else None,
+                   "place": args.place,
                    **parse_options(args.option)}
         project = generate_project(args.archive, args.output, options, args.template)
         files = sorted(p.relative_to(args.output).as_posix()
@@ -403,6 +408,7 @@ class Generate(Command):
         from generator.project.library import generate_library
 
         refused = [flag for flag, given in (("--project-type", args.project_type),
+                                            ("--place", args.place),
                                             ("--template", args.template),
                                             ("--option", args.option)) if given]
         if refused:

@@ -94,12 +94,15 @@ def require_board_tools(board: str) -> None:
 def port_folder(platform: str, out: Path) -> Path:
     """out/platform holding a board port's files as a generated project's platform/ does: the
     port's own and those of the shared layers its port.toml names, side by side."""
+    from generator.project.placement import linker_files
     from generator.project.ports import port_files
 
     folder = out / "platform"
     folder.mkdir(parents=True, exist_ok=True)
     for name, src in port_files(REPO / "templates" / "common" / "platform" / platform).items():
         shutil.copyfile(src, folder / name)
+    for name, text in linker_files(None).items():  # what the linker scripts include
+        (folder / name).write_bytes(text)
     return folder
 
 

@@ -53,6 +53,7 @@ REFERENCE = {
     ("README.md", "path | what"), ("docs/accelerators.md", "kind | `params`"),
     ("docs/boards.md", "board | chip, core"), ("docs/boards.md", "runner | tool"),
     ("docs/boards.md", "link | the firmware runs"), ("docs/boards.md", "layer | what it gives"),
+    ("docs/boards.md", "item | what moves"),
     ("docs/fuzzing-archives.md", "kind | what"), ("docs/fuzzing-archives.md", "outcome | meaning"),
     ("docs/host-driven.md", "request | answer"), ("docs/link.md", "part | bytes"),
     ("docs/link.md", "direction | payload"), ("docs/link.md", "type | name"),

@@ -88,7 +88,8 @@ def test_generated_project_holds_the_port_and_its_layers(tmp_path):
     generate(YES_NO / "model.tar", "nucleo-f746zg", project)
     expected = port_files(PLATFORM / "stm32f7")
     held = sorted(p.name for p in (project / "platform").iterdir())
-    assert held == sorted(expected)
+    # ... and the two files its linker script includes (generate --place fills them).
+    assert held == sorted([*expected, "mtvg_placement.ld", "mtvg_regions.ld"])
     for name, src in expected.items():
         assert (project / "platform" / name).read_bytes() == src.read_bytes()
     cmake = (project / "CMakeLists.txt").read_text()

@@ -56,6 +56,7 @@ def _build(board: str, crash: bool, out: Path) -> Path:
                         str(objects[-1])], check=True)
     elf = out / "program.elf"
     subprocess.run([spec.tool("gcc"), *map(str, objects), "-T", str(port / spec.linker_script),
+                    f"-L{port}",
                     *(f"-Wl,--defsym={k}={v}" for k, v in memory.items() if v is not None),
                     *spec.ldflags, *(f"-l{lib}" for lib in spec.libs), "-o", str(elf)],
                    check=True)

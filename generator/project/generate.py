@@ -40,6 +40,8 @@ from generator.project.libraries import (
     cmsis_nn_files,
     needed_libraries,
 )
+from generator.project.placement import Placement, linker_files, parse_request
+from generator.project.placement import place as place_memory
 from generator.project.ports import port_files
 from generator.project.record import MODEL_COPY, PROJECT_FILE, new_record, record_bytes
 from generator.project.sizing import (
@@ -103,11 +105,14 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
              extra_definitions: dict[str, str] | None = None,
              werror: bool = True,
              extra_files_tar: Path | None = None,
-             template: Path | None = None) -> GeneratedProject:
+             template: Path | None = None,
+             place: str | None = None) -> GeneratedProject:
     """Render a project. The Project API's options arrive as `extra_definitions` (checked
     NAME → VALUE), `werror` for our code, and a tar of extra files (plain names, never
     replacing a generated file). `template`: a template directory (default: templates/crt);
-    its template.json names the back-end that knows its boards (generator/project/backend.py)."""
+    its template.json names the back-end that knows its boards (generator/project/backend.py).
+    `place`: which memory regions hold the model's activations, scratch, weights and code
+    ('activations=DTCM,weights=DDR' or 'auto'; generator/project/placement.py)."""
     template_dir = template if template is not None else templates_dir() / BASE_TEMPLATE
     spec = backend_spec(template_dir)
     backend = backend_named(spec)
@@ -131,12 +136,13 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
     accelerators = project_accelerators(
         module, board, str(archive_path), None if backend.accelerator_drivers else backend.title,
         {"cmsis-nn": {"path": str(cmsis_nn)}} if cmsis_nn else None)
+    placement = _placement(place, board, module, kind)
     check_target_dir(out_dir, force)
 
     extra = read_extra_files(extra_files_tar) if extra_files_tar else {}
     rendered = _render_files(archive, files, module, board, archive_path, kind, libraries,
                              extra_definitions or {}, werror, template_dir, spec, backend,
-                             target, accelerators)
+                             target, accelerators, placement)
     rendered.update(_project_api_files(archive_path, template))
     clash = sorted(set(extra) & set(rendered))
     if clash:
@@ -145,6 +151,18 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
     write_atomically(out_dir, rendered)
     return GeneratedProject(out_dir, board, archive, module, arena_bytes_for(module),
                             sorted(rendered), kind)
+
+
+def _placement(place: str | None, board: Board, module: ModuleInfo,
+               kind: str) -> Placement | None:
+    request = parse_request(place)
+    if request is None:
+        return None
+    if kind != STANDALONE or not board.linker_script:
+        raise ProjectError("--place is for standalone projects on boards with a linker script "
+                           "of ours")
+    return place_memory(request, board, module,
+                        sum(a.scratch_bytes for a in module.accelerators))
 
 
 def _project_api_files(archive_path: Path, template: Path | None = None) -> dict[str, bytes]:
@@ -184,8 +202,11 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
                   archive_path: Path, project_type: str, libraries: Libraries | None,
                   extra_definitions: dict[str, str], werror: bool, template: Path,
                   spec: str, backend: TemplateBackend, target: TemplateBoard,
-                  accelerators: list[AcceleratorBuild]) -> dict[str, bytes]:
+                  accelerators: list[AcceleratorBuild],
+                  placement: Placement | None = None) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
+    if placement is not None:
+        board = placement.board  # its RAM window less the regions taken from it
     for accel in accelerators:
         out.update(accel.files)
     common = templates_dir() / "common"
@@ -207,6 +228,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
                            f"no folder {platform_dir}")
     for name, src in port_files(platform_dir).items():  # the port's and its layers'
         out[f"platform/{name}"] = src.read_bytes()
+    if board.linker_script:  # the files its linker script includes
+        out.update({f"platform/{n}": t for n, t in linker_files(placement).items()})
     app_main = "rpc_main.c" if host_driven else "app.c"
     out[f"app/{app_main}"] = _template_file(search, f"src/{app_main}").read_bytes()
 
@@ -226,6 +249,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     graph_context: dict = {}
     if module.executor == "graph" and not host_driven:
         compile_definitions, graph_context = _graph_context(files, module)
+    if placement is not None:
+        compile_definitions["MTVG_PLACED_MEMORY"] = 1  # the reset code walks its tables
     pool = rpc_pool_bytes(board)
     if host_driven:
         compile_definitions = {"MTVG_LINK_MAX_PAYLOAD": host_driven_payload(board),
@@ -285,9 +310,12 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     out["README.md"] = env.get_template("README.md.j2").render(
         context, project_type=project_type, board_is_native=board.is_native).encode()
 
+    sections = dict(target.record)
+    if placement is not None:
+        sections["placement"] = placement.record()
     out[PROJECT_FILE] = record_bytes(new_record(
         spec, board, archive, archive_path.name, module, project_type, accelerators,
-        headers.record() if module.abi is not None else None, target.record))
+        headers.record() if module.abi is not None else None, sections))
     return out
 
 

@@ -60,6 +60,9 @@ def project_options(boards: list[str]) -> list[ProjectOption]:
                       "BYOC partitions (default: $CMSIS_NN_PATH)", optional=GEN),
         ProjectOption("module", "str", "the module to use when the archive holds several",
                       optional=GEN),
+        ProjectOption("place", "str", "memory regions of the board for the model: "
+                      "ITEM=REGION pairs (activations, scratch, weights, code) separated by "
+                      "',', or 'auto'", optional=GEN),
         ProjectOption("force", "bool", "replace the contents of an existing non-empty project "
                       "directory", optional=GEN, default=False),
         ProjectOption("sanitize", "bool", "host board: build with AddressSanitizer and UBSan "
@@ -152,7 +155,8 @@ class ProjectServer:
                  extra_definitions=parse_definitions(opts.get("compile_definitions")),
                  werror=opts.get("warning_as_error") is not False,
                  extra_files_tar=Path(opts["extra_files_tar"])
-                 if opts.get("extra_files_tar") else None)
+                 if opts.get("extra_files_tar") else None,
+                 place=opts.get("place"))
         return None
 
     def build(self, options: dict) -> None:

@@ -97,13 +97,25 @@ extern uint32_t __stack_top__[];
 extern uint8_t __ram_start__[]; /* defined by the linker scripts of ports that report faults */
 extern uint8_t __ram_end__[];
 
+/* Memory placed outside .data and .bss (generate --place, mtvg_placement.ld): a copy table
+ * of {load address, start, bytes} and a zero table of {start, bytes}; linker scripts
+ * without placement define both empty. Walked only when MTVG_PLACED_MEMORY is 1. */
+#ifndef MTVG_PLACED_MEMORY
+#define MTVG_PLACED_MEMORY 0
+#endif
+extern const uint32_t __mtvg_copy_table_start__[];
+extern const uint32_t __mtvg_copy_table_end__[];
+extern const uint32_t __mtvg_zero_table_start__[];
+extern const uint32_t __mtvg_zero_table_end__[];
+
 typedef void (*mtvg_init_fn)(void);
 extern const mtvg_init_fn __preinit_array_start[];
 extern const mtvg_init_fn __preinit_array_end[];
 extern const mtvg_init_fn __init_array_start[];
 extern const mtvg_init_fn __init_array_end[];
 
-/* Copy .data from flash, zero .bss, run the constructors (no crt0, no _init needed). */
+/* Copy .data from flash, zero .bss, copy and zero placed memory, run the constructors (no
+ * crt0, no _init needed). */
 static inline void mtvg_cm_init_memory(void) {
   const uint32_t* src = __data_load__;
   for (uint32_t* dst = __data_start__; dst < __data_end__; ++dst, ++src) {
@@ -112,6 +124,21 @@ static inline void mtvg_cm_init_memory(void) {
   for (uint32_t* dst = __bss_start__; dst < __bss_end__; ++dst) {
     *dst = 0u;
   }
+#if MTVG_PLACED_MEMORY /* generate --place: the generated CMakeLists.txt defines it */
+  for (const uint32_t* e = __mtvg_copy_table_start__; e + 3 <= __mtvg_copy_table_end__; e += 3) {
+    const uint8_t* from = (const uint8_t*)(uintptr_t)e[0];
+    uint8_t* to = (uint8_t*)(uintptr_t)e[1];
+    for (uint32_t i = 0; i < e[2]; ++i) {
+      to[i] = from[i];
+    }
+  }
+  for (const uint32_t* e = __mtvg_zero_table_start__; e + 2 <= __mtvg_zero_table_end__; e += 2) {
+    uint8_t* to = (uint8_t*)(uintptr_t)e[0];
+    for (uint32_t i = 0; i < e[1]; ++i) {
+      to[i] = 0u;
+    }
+  }
+#endif
   for (const mtvg_init_fn* fn = __preinit_array_start; fn < __preinit_array_end; ++fn) {
     (*fn)();
   }

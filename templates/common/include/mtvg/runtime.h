@@ -36,6 +36,7 @@
  *   rpc_server.h     MTVG_RPC_STRING_BYTES        -D      string arguments of one call
  *   rpc_server.h     MTVG_RPC_TENSOR_ALIGN                alignment of tensor data
  *   port_cortex_m.h  MTVG_RX_RING_BYTES           -D      UART bytes received ahead
+ *   port_cortex_m.h  MTVG_PLACED_MEMORY           -D gen  reset walks the --place tables
  *
  * Outside the runtime: the host-driven application's MTVG_RPC_WORKSPACE_BYTES (gen,
  * templates/crt/src/rpc_main.c) and each board port's clock, baud rate and fault stack
