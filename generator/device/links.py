@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from generator.device.runner import Device
+from generator.device.runner import Device, SocketDevice, free_tcp_port
 from generator.errors import BoardError, DeviceError, ToolchainError
 
 # Debian packages of the QEMU system emulators the boards use.
@@ -101,6 +101,24 @@ class Qemu(Link):
         qemu_binary(board)
 
 
+class QemuSocket(Qemu):
+    """QEMU as above, its UART0 a TCP server this tool connects to after the firmware has
+    booted (as a host opens a physical board's port long after reset; `reconnect` does it
+    again): the host-started session of the standalone app and of host-driven firmware,
+    proved in QEMU."""
+
+    name = "qemu-socket"
+    where = "runs in QEMU, reached over a socket after boot"
+
+    def open(self, board, elf, serial_number=None):
+        require_built(elf)
+        port = free_tcp_port()
+        argv = qemu_argv(board, elf)
+        at = argv.index("stdio,id=link,mux=off,signal=off")
+        argv[at] = f"socket,id=link,host=127.0.0.1,port={port},server=on,wait=off"
+        return SocketDevice(argv, f"QEMU ({board.name}, UART on port {port})", port)
+
+
 class SerialPort(Link):
     """A physical board, flashed first, whose link is the serial port of its debug probe
     (found by the board's [usb] ids, or by its USB serial number among several)."""
@@ -121,7 +139,7 @@ class SerialPort(Link):
         find_board_port(board, serial_number)
 
 
-LINKS: dict[str, type[Link]] = {k.name: k for k in (HostProcess, Qemu, SerialPort)}
+LINKS: dict[str, type[Link]] = {k.name: k for k in (HostProcess, Qemu, QemuSocket, SerialPort)}
 
 
 def require_built(elf: Path) -> None:

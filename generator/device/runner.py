@@ -1,7 +1,8 @@
 """A firmware started on this machine (a host process or QEMU), its link a byte stream.
 
 The links that start one (generator/device/links.py) give the command line: the ELF itself,
-talking over its stdin/stdout, or qemu-system-* with UART0 on QEMU's stdin/stdout.
+talking over its stdin/stdout, or qemu-system-* with UART0 on QEMU's stdin/stdout or on a
+TCP socket this tool connects to after the firmware has booted (SocketDevice).
 
 A device process never outlives the process that started it: on Linux it gets SIGKILL
 when its parent dies (PR_SET_PDEATHSIG), even when the parent itself was killed; `close`
@@ -14,6 +15,7 @@ import ctypes
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -145,3 +147,75 @@ class Device:
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream:
                 stream.close()
+
+
+# How long a socket-attached emulator runs before this tool connects (its firmware boots
+# with nobody listening), and how long QEMU may take to open its socket.
+SOCKET_CONNECT_AFTER = 0.5
+SOCKET_LISTEN_SECONDS = 10.0
+
+
+class SocketDevice(Device):
+    """An emulator whose UART is a TCP server (QEMU's `-chardev socket,server=on,wait=off`):
+    started, left to boot with nobody connected, then connected, as a host opens a physical
+    board's port long after reset. `reconnect` drops the connection and opens a new one."""
+
+    def __init__(self, argv: list[str], description: str, port: int,
+                 connect_after: float = SOCKET_CONNECT_AFTER) -> None:
+        super().__init__(argv, description, stops_at_end_of_input=False)
+        self.port = port
+        self.sock: socket.socket | None = None
+        time.sleep(connect_after)
+        self.reconnect()
+
+    def reconnect(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        deadline = time.monotonic() + SOCKET_LISTEN_SECONDS
+        while True:
+            try:
+                self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=1.0)
+                self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                return
+            except OSError as exc:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise DeviceError(f"{self.description}: cannot connect to its UART on "
+                                      f"port {self.port} ({exc.strerror or exc})"
+                                      f"{self._exit_text()}") from exc
+                time.sleep(0.05)
+
+    def write(self, data: bytes) -> None:
+        try:
+            assert self.sock is not None
+            self.sock.sendall(data)
+        except OSError as exc:
+            raise DeviceError(f"{self.description} stopped accepting input"
+                              f"{self._exit_text()}") from exc
+
+    def read(self, timeout: float) -> bytes:
+        assert self.sock is not None
+        ready, _, _ = select.select([self.sock], [], [], timeout)
+        if not ready:
+            return b""
+        try:
+            data = self.sock.recv(READ_CHUNK)
+        except OSError:
+            data = b""
+        if not data:
+            self._wait_exit(STOP_GRACE_SECONDS)
+            raise DeviceError(f"{self.description} closed its link{self._exit_text()}")
+        return data
+
+    def close(self, hung: bool = False) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        super().close(hung)
+
+
+def free_tcp_port() -> int:
+    """A TCP port of 127.0.0.1 nobody listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import struct
 import time
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from generator.link.framing import Unframer, encode_frame
 
 DEVICE_MAX_PAYLOAD = abi.constant("MTVG_LINK_MAX_PAYLOAD")  # the default the app is built with
 # The command bytes of templates/crt/src/app.c (CMD_*; tests/test_abi.py compares them).
-CMD_HELLO, CMD_ERROR = b"H", b"E"
+CMD_HELLO_REQUEST, CMD_HELLO, CMD_ERROR = b"h", b"H", b"E"
 CMD_INPUT, CMD_ACK = b"I", b"A"
 CMD_RUN, CMD_DONE = b"R", b"D"
 CMD_OUTPUT, CMD_OUTPUT_DATA = b"O", b"o"
@@ -21,6 +22,11 @@ CMD_COUNTERS, CMD_COUNTERS_TEXT = b"K", b"k"
 CMD_QUIT = b"Q"
 INPUT_CHUNK = DEVICE_MAX_PAYLOAD - 6
 OUTPUT_CHUNK = DEVICE_MAX_PAYLOAD - 1
+# The hello request is sent again while no answer comes (a device still booting, a port
+# opened mid-frame): first after this many seconds, then twice as long each time, at most
+# HELLO_RETRY_MAX.
+HELLO_RETRY_FIRST = 0.2
+HELLO_RETRY_MAX = 1.6
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,36 @@ class AppClient:
         return payload[1:]
 
     def hello(self, timeout: float) -> Hello:
-        body = self._expect(CMD_HELLO, timeout)
+        """Start a session: ask for the hello until the device answers (it answers at any
+        time: after reset, long after, after another host's session). Each request carries
+        a new nonce; only the answer to the last one is taken, so no answer to an earlier
+        request is left in the stream. Other frames (the end of an earlier session) are
+        dropped; an error frame is the device's set-up failure."""
+        deadline = time.monotonic() + timeout
+        retry = HELLO_RETRY_FIRST
+        while True:
+            nonce = secrets.randbits(32) or 1
+            self.device.write(encode_frame(CMD_HELLO_REQUEST + struct.pack("<I", nonce)))
+            wait_until = min(deadline, time.monotonic() + retry)
+            while time.monotonic() < wait_until:
+                if not self._pending:
+                    self._pending.extend(self.unframer.feed(
+                        self.device.read(min(wait_until - time.monotonic(), 0.5))))
+                    continue
+                payload = self._pending.pop(0)
+                if payload[:1] == CMD_ERROR:
+                    raise DeviceError(f"device: {payload[1:].decode(errors='replace')}")
+                if payload[:1] == CMD_HELLO and payload[1:5] == struct.pack("<I", nonce):
+                    return self._parse_hello(payload[5:])
+            if time.monotonic() >= deadline:
+                raise DeviceError(f"{self.device.description} did not answer the hello "
+                                  f"within {timeout:.0f} s")
+            retry = min(retry * 2, HELLO_RETRY_MAX)
+
+    @staticmethod
+    def _parse_hello(body: bytes) -> Hello:
+        if len(body) < 12:
+            raise DeviceError(f"device hello is {len(body) + 5} bytes, too short")
         abi, n_in, n_out = struct.unpack_from("<III", body)
         count = (len(body) - 12) // 4
         if count < n_in + n_out + 1:

@@ -3,7 +3,9 @@
  *
  * The host and the device exchange frames (mtvg_frame_send/receive). Each payload starts
  * with a command byte; integers are little-endian. docs/link.md has the full table.
- *   device -> host  'H' hello: abi, counts, sizes, arena, storage (once, at start)
+ *   host -> device  'h' nonce             -> 'H' nonce abi counts sizes arena storage
+ *                   (the host starts every session, at any time: after reset, or when it
+ *                   opens the port long after, or reconnects)
  *   device -> host  'E' message, then exit MTVG_EXIT_SETUP_FAILED (if set-up failed)
  *   host -> device  'I' idx offset data  -> 'A' status  (write part of an input)
  *   host -> device  'R'                  -> 'D' status ticks hz peak errors message
@@ -21,6 +23,7 @@
 #include "mtvg/status.h"
 #include "tvm/runtime/c_runtime_api.h"
 
+#define CMD_HELLO_REQUEST 'h'
 #define CMD_HELLO 'H'
 #define CMD_INPUT 'I'
 #define CMD_ACK 'A'
@@ -63,9 +66,16 @@ static void send_error(const char* msg) {
   (void)mtvg_frame_send(tx, n + 1);
 }
 
-static void send_hello(void) {
+/* 'h' nonce(u32): the hello, with the host's nonce first (the host drops stale hellos). */
+static void send_hello(int32_t len) {
+  if (len != 5) {
+    send_error("bad hello request");
+    return;
+  }
   size_t n = 0;
   tx[n++] = CMD_HELLO;
+  memcpy(tx + n, rx + 1, 4);
+  n += 4;
   put_u32(tx + n, MTVG_RUNTIME_ABI_VERSION);
   n += 4;
   put_u32(tx + n, mtvg_model_num_inputs);
@@ -191,7 +201,6 @@ int main(void) {
     send_error(TVMGetLastError());
     mtvg_platform_exit(MTVG_EXIT_SETUP_FAILED);
   }
-  send_hello();
   for (;;) {
     int32_t len = mtvg_frame_receive(rx);
     if (len < 0) {
@@ -202,6 +211,9 @@ int main(void) {
       continue;
     }
     switch (rx[0]) {
+      case CMD_HELLO_REQUEST:
+        send_hello(len);
+        break;
       case CMD_INPUT:
         handle_input(len);
         break;

@@ -74,7 +74,7 @@ extern "C" {
  * limit, the default of a limit the generator sets ("gen" in the index above), changes
  * inside templates/common/src that keep the behaviour the headers describe.
  */
-#define MTVG_RUNTIME_ABI_VERSION 2
+#define MTVG_RUNTIME_ABI_VERSION 3
 
 /*! \brief Alignment of every workspace block, in bytes (TVM assumes 16 at most). */
 #ifndef MTVG_WORKSPACE_ALIGN
