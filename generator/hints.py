@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 # The catalogue: a key per hint (tests/test_hints.py has a test for each key).
 CATALOGUE = ("batch", "operator-style", "host-driven", "dsp-board", "generate-first",
              "input-shape", "fixed-shape", "serve-host-driven", "serve-operator-style",
-             "bigger-board", "run-in-qemu")
+             "bigger-board")
 
 
 def batch() -> str:
@@ -79,12 +79,3 @@ def bigger_board(boards: Iterable[str]) -> str:
     if not names:
         return "a smaller model: it fits none of the boards"
     return f"choose a board it fits: {', '.join(names)}"
-
-
-def run_in_qemu(archive: str, twins: Iterable[str]) -> str:
-    """run: a flashed board's project; `twins` are the QEMU boards with the same core."""
-    names = sorted(twins)
-    if not names:
-        return "flash it with 'microtvm-gen flash'; 'run' drives the host and QEMU boards"
-    return (f"to run the model on this core, 'microtvm-gen generate {archive} --board "
-            f"{names[0]} -o DIR' and run DIR ({names[0]} emulates the same core)")

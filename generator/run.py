@@ -12,7 +12,7 @@ from time import monotonic
 
 import numpy as np
 
-from generator import RUNTIME_ABI_VERSION, abi, hints
+from generator import RUNTIME_ABI_VERSION, abi
 from generator.boards import Board
 from generator.build import BuildResult, board_ram, build
 from generator.device.links import link_of
@@ -21,7 +21,7 @@ from generator.errors import DeviceError, InputError
 from generator.link.app_client import AppClient, RunResult
 from generator.mlf.model import c_identifier
 from generator.project.backends import board_of_project
-from generator.project.record import MODEL_COPY, load_project
+from generator.project.record import load_project
 from generator.project_api.drive import project_device
 from generator.toolchain import BUILD_DIR, FIRMWARE
 
@@ -172,18 +172,6 @@ def ensure_built(project_dir: Path, progress=None, sanitize: bool | None = None)
     return build(project_dir, sanitize=sanitize, progress=progress)
 
 
-def qemu_twins(board: Board) -> list[str]:
-    """The QEMU board files whose compiler flags name the same core (-mcpu=...)."""
-    from generator.project.checks import board_files
-
-    def core(b: Board) -> set[str]:
-        return {flag for flag in b.cflags if flag.startswith(("-mcpu=", "-march="))}
-
-    mine = core(board)
-    return [name for name, other in board_files()
-            if other.qemu is not None and mine and core(other) == mine]
-
-
 # on_sample(index, outputs, result, timing, counters): a sample finished on the device.
 SampleCallback = Callable[[int, dict, RunResult, Timing, dict], None]
 
@@ -220,11 +208,9 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
         encoded.append([prepare_input(s, sample[s.name], where) for s in inputs])
 
     board = board_of_project(project)  # a Zephyr board by its Zephyr name
-    if not link_of(board).runs_locally:
-        raise DeviceError(
-            f"'run' drives the boards this machine starts (the host, QEMU); {board.name} is "
-            "flashed, and its firmware greets once at reset, before a host can open the port",
-            hint=hints.run_in_qemu(str(project_dir / MODEL_COPY), qemu_twins(board)))
+    link = link_of(board)
+    if link.needs_flash:  # its firmware answers the hello whenever the port opens
+        link.check_reachable(board)
     all_outputs: list[dict[str, np.ndarray]] = []
     results: list[RunResult] = []
     if progress:
@@ -236,6 +222,9 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
         hello = client.hello(BOOT_TIMEOUT)
         if hello.abi != RUNTIME_ABI_VERSION or hello.input_sizes != [s.size_bytes for s in inputs] \
                 or hello.output_sizes != [s.size_bytes for s in outputs]:
+            if link.needs_flash:
+                raise DeviceError(f"the firmware on the {board.name} is not this project's",
+                                  hint=f"microtvm-gen flash {project_dir}, then run again")
             raise DeviceError("the firmware does not match project.json; rebuild the project")
         counted = any(a.get("counters") for a in project.get("accelerators", []))
         counters: list[dict] = []

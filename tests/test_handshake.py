@@ -122,3 +122,15 @@ def test_serve_over_a_socket_opened_after_boot(late_board_root, tmp_path):
             del remote
     finally:
         served.stop()
+
+
+def test_run_on_a_physical_board_opens_its_port(project, tmp_path, capsys):
+    """A flashed board's firmware answers whenever its port opens, so `run` drives it too;
+    with none plugged in, it says so in one line before building anything."""
+    proj = tmp_path / "nucleo"
+    generate(project[0] / "model.tar", "nucleo-f746zg", proj)
+    np.save(tmp_path / "x.npy", _inputs(1))
+    assert main(["run", str(proj), "--input", f"input_1={tmp_path / 'x.npy'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no nucleo-f746zg is connected" in err[0], err
+    assert not (proj / "build").exists()

@@ -182,19 +182,3 @@ def test_bigger_board(tmp_path, capsys):
 
 def test_every_hint_has_a_test():
     assert FOLLOWED == set(hints.CATALOGUE)
-
-
-@followed("run-in-qemu")
-def test_run_in_qemu(tmp_path, capsys):
-    physical = tmp_path / "nucleo"
-    succeeds(capsys, ["generate", str(YES_NO / "model.tar"), "--board", "nucleo-f746zg", "-o",
-                      str(physical)])
-    raw = YES_NO / "yes_0a2b400e_nohash_0.raw"
-    hint = refused_with(capsys, ["run", str(physical), "--input", f"Reshape_1={raw}"])
-    step = re.search(r"'microtvm-gen (generate .*?)' and run DIR", hint)
-    assert step and hint == hints.run_in_qemu(str(physical / "model.tar"), ["qemu-mps2-an500"])
-    argv = step.group(1).split()
-    argv[argv.index("DIR")] = str(tmp_path / "twin")
-    require_board_tools(argv[argv.index("--board") + 1])
-    succeeds(capsys, argv)
-    succeeds(capsys, ["run", str(tmp_path / "twin"), "--input", f"Reshape_1={raw}"])

@@ -56,7 +56,8 @@ def test_the_old_runner_key_still_loads_the_same_board(tmp_path):
 @pytest.mark.parametrize("old, new, message", [
     ('link = "process"', 'link = "process"\nrunner = "qemu"',
      r"'runner' is the old name of 'link'; give 'link' only"),
-    ('link = "process"', 'link = "jtag"', r"link 'jtag' is not one of process, qemu, qemu-socket, serial"),
+    ('link = "process"', 'link = "jtag"',
+     r"link 'jtag' is not one of process, qemu, qemu-socket, serial"),
     ('link = "process"', "", r"missing or malformed field \('link'\)"),
 ], ids=["old-and-new-differ", "unknown", "missing"])
 def test_a_wrong_link_is_refused(tmp_path, old, new, message):
