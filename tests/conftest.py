@@ -137,9 +137,20 @@ def children(pid: int) -> list[int]:
 
 
 def serve_device_pid(serve_pid: int) -> int:
-    """The device of a running `serve`: serve → its project's Project API server → the
-    firmware process or QEMU."""
-    (pid,) = [device for server in children(serve_pid) for device in children(server)]
+    """The device of a running `serve`: serve → its project's Project API server → QEMU, or
+    (links serve opens itself, the host board's) serve → the firmware process."""
+    def is_server(pid: int) -> bool:
+        return b"microtvm_api_server" in Path(f"/proc/{pid}/cmdline").read_bytes()
+
+    (pid,) = [device for child in children(serve_pid)
+              for device in (children(child) if is_server(child) else [child])]
+    return pid
+
+
+def serve_server_pid(serve_pid: int) -> int:
+    """The project's Project API server of a running `serve`."""
+    (pid,) = [child for child in children(serve_pid)
+              if b"microtvm_api_server" in Path(f"/proc/{child}/cmdline").read_bytes()]
     return pid
 
 

@@ -25,6 +25,7 @@ from tests.conftest import (
     YES_NO,
     host_driven_project,
     serve_device_pid,
+    serve_server_pid,
     shared_path,
 )
 from tests.test_rpc_tracker import _free_port, _start_tracker, _stop_tracker
@@ -203,6 +204,30 @@ def test_serve_rejects_bad_options(project, capsys):
     assert main(["serve", str(project), "--port", "70000"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 2 and all("error:" in line for line in lines)
+
+
+def test_serve_restarts_its_project_api_server(project):
+    """kill -9 of the project's Project API server (and with it the QEMU it started) in the
+    middle of a session: the client gets an error; the next session finds a new server and
+    device. The host board's link is opened by serve itself: no server to kill there."""
+    if "qemu" not in str(project):
+        pytest.skip("serve opens the host board's firmware itself, not through the server")
+    proc, port = _serve(project, "--sessions", "2")
+    try:
+        remote = tvm.rpc.connect("127.0.0.1", port)
+        check_operators(remote, np.random.default_rng(7))
+        os.kill(serve_server_pid(proc.pid), signal.SIGKILL)
+        with pytest.raises(tvm.error.RPCError):
+            tvm.runtime.tensor(np.ones(4, np.float32), remote.cpu(0))
+        del remote
+        check_operators(tvm.rpc.connect("127.0.0.1", port), np.random.default_rng(8))
+        assert proc.wait(timeout=60) == 0
+        said = proc.stdout.read() + proc.stderr.read()
+        assert b"Project API server" in said and b"starting it again" in said, said
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_serve_restarts_a_device_that_died(project):

@@ -45,6 +45,9 @@ class Link:
     emulated: ClassVar[bool] = False
     # The firmware exits when its input ends (otherwise `close` stops it with a signal).
     stops_at_end_of_input: ClassVar[bool] = False
+    # `serve` opens it in its own process, not through the project's Project API server:
+    # a link so fast that the server's JSON hop per read and write would dominate a call.
+    serve_in_process: ClassVar[bool] = False
 
     def problem(self, board: Board) -> str | None:
         """What the board file lacks for this link (None: nothing)."""
@@ -71,6 +74,7 @@ class HostProcess(Link):
     where = "runs as a process on this machine"
     runs_locally = True
     stops_at_end_of_input = True
+    serve_in_process = True
 
     def open(self, board, elf, serial_number=None):
         require_built(elf)

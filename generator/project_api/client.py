@@ -162,6 +162,10 @@ class ProjectClient:
     def flash(self, options: dict) -> None:
         self.call("flash", {"options": options})
 
+    def alive(self) -> bool:
+        """Whether the server process still runs."""
+        return self.proc.poll() is None
+
     def transport(self, options: dict | None = None) -> ProjectTransport:
         self.call("open_transport", {"options": options or {}})
         return ProjectTransport(self)
@@ -176,7 +180,10 @@ class ProjectTransport:
         self.open = True
 
     def write(self, data: bytes) -> None:
-        self.client.call("write_transport", {"data": encode_data(data), "timeout_sec": None})
+        try:
+            self.client.call("write_transport", {"data": encode_data(data), "timeout_sec": None})
+        except ProjectAPIError as exc:  # the server itself ended: so did its device
+            raise TransportClosed(exc.one_line(), None) from None
 
     def read(self, timeout: float) -> bytes:
         """Bytes within timeout seconds; b'' on timeout; DeviceError when the device ends."""
@@ -185,6 +192,8 @@ class ProjectTransport:
                                                         "timeout_sec": max(0.0, timeout)})
         except TransportTimeout:
             return b""
+        except ProjectAPIError as exc:  # the server itself ended: so did its device
+            raise TransportClosed(exc.one_line(), None) from None
         return decode_data(reply["data"])
 
     def wait(self, timeout: float) -> int:

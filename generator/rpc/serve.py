@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from generator import hints
+from generator.device.links import link_of
 from generator.errors import InputError, ProjectError
 from generator.link.session import Link, SessionTimeouts
 from generator.project.backends import board_of_project
@@ -28,6 +29,7 @@ from generator.project.record import load_project
 from generator.project.sizing import HOST_DRIVEN
 from generator.rpc.bridge import IDLE_TIMEOUT, Bridge, DeviceLink
 from generator.rpc.firmware import FirmwareSlot
+from generator.toolchain import BUILD_DIR, FIRMWARE
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -145,22 +147,42 @@ def device_link(project_dir: Path, options: ServeOptions,
         from generator.project_api.client import ProjectClient
 
         stack = resources if resources is not None else contextlib.ExitStack()
+        board = board_of_project(project)
+        link_class = link_of(board)
         server = ProjectClient(project_dir)
         with contextlib.ExitStack() as build_only:
-            # The device runs from the project itself, or from a copy made after the build.
-            (build_only if options.accept_firmware else stack).enter_context(server)
+            # The device runs from the project itself, or from a copy made after the build;
+            # a link serve opens itself needs the server for the build only.
+            (build_only if options.accept_firmware or link_class.serve_in_process
+             else stack).enter_context(server)
             if progress:
                 progress("building through the project's Project API server")
             server.build({"verbose": progress is not None})
+        firmware = project_dir / BUILD_DIR / FIRMWARE
         if options.accept_firmware:
             slot = FirmwareSlot.create(project_dir)
             stack.callback(slot.remove)  # after the copy's server (and device) ended
-            server = stack.enter_context(ProjectClient(slot.project))
+            firmware = slot.firmware
+            if not link_class.serve_in_process:
+                server = stack.enter_context(ProjectClient(slot.project))
             if slots is not None:
                 slots.append(slot)
 
-        def open_link() -> Link:
-            return server.transport()
+        if link_class.serve_in_process:  # the server built it; serve runs the device
+
+            def open_link() -> Link:
+                return link_class.open(board, firmware)
+        else:
+            servers = [server]
+
+            def open_link() -> Link:
+                """The device through the project's server; a server that ended (killed,
+                crashed: its device with it) is started again first."""
+                if not servers[-1].alive():
+                    on_event(f"the Project API server of {servers[-1].directory.name} ended "
+                             f"(exit status {servers[-1].proc.poll()}); starting it again")
+                    servers.append(stack.enter_context(ProjectClient(servers[-1].directory)))
+                return servers[-1].transport()
     timeouts = SessionTimeouts(reply=options.reply_timeout)
     return DeviceLink(open_link, timeouts, max_payload, on_log=on_log, on_event=on_event)
 
