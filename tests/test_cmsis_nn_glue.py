@@ -994,6 +994,7 @@ def test_cmsis_nn_kernels_bit_exact_in_qemu(tmp_path, board_name):
               ("MTVG_RAM_ORIGIN", board.ram_origin), ("MTVG_RAM_SIZE", board.ram_bytes)]
     elf = tmp_path / "cases.elf"
     subprocess.run([cc, *board.ldflags, "-T", str(platform / board.linker_script),
+                    f"-L{platform}",
                     *(f"-Wl,--defsym={n}={v:#x}" for n, v in memory if v is not None),
                     *objs, *(f"-l{lib}" for lib in board.libs), "-o", str(elf)], check=True)
     proc = subprocess.run(qemu_argv(board, elf), stdin=subprocess.DEVNULL,

@@ -786,6 +786,7 @@ def build_for_board(board: str, cases: bytes, out: Path) -> Path:
               "MTVG_STACK_SIZE": spec.stack_bytes}
     elf = out / "harness.elf"
     subprocess.run([spec.tool("gcc"), *map(str, objects), "-T", str(port / spec.linker_script),
+                    f"-L{port}",
                     *(f"-Wl,--defsym={k}={v}" for k, v in memory.items() if v is not None),
                     *spec.ldflags, *(f"-l{lib}" for lib in spec.libs), "-o", str(elf)],
                    check=True)

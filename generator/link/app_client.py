@@ -27,6 +27,8 @@ OUTPUT_CHUNK = DEVICE_MAX_PAYLOAD - 1
 # HELLO_RETRY_MAX.
 HELLO_RETRY_FIRST = 0.2
 HELLO_RETRY_MAX = 1.6
+# Reads (0.1 s each) for what a device that ended wrote before it did.
+LAST_WORDS_READS = 20
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,10 @@ class AppClient:
         retry = HELLO_RETRY_FIRST
         while True:
             nonce = secrets.randbits(32) or 1
-            self.device.write(encode_frame(CMD_HELLO_REQUEST + struct.pack("<I", nonce)))
+            try:
+                self.device.write(encode_frame(CMD_HELLO_REQUEST + struct.pack("<I", nonce)))
+            except DeviceError as exc:  # it ended: a set-up failure says why before exiting
+                raise self._last_words() or exc from None
             wait_until = min(deadline, time.monotonic() + retry)
             while time.monotonic() < wait_until:
                 if not self._pending:
@@ -105,6 +110,17 @@ class AppClient:
                 raise DeviceError(f"{self.device.description} did not answer the hello "
                                   f"within {timeout:.0f} s")
             retry = min(retry * 2, HELLO_RETRY_MAX)
+
+    def _last_words(self) -> DeviceError | None:
+        """The error frame a device that already ended left in the stream, if any."""
+        frames = list(self._pending)
+        try:
+            for _ in range(LAST_WORDS_READS):
+                frames.extend(self.unframer.feed(self.device.read(0.1)))
+        except DeviceError:
+            pass  # the end of its output
+        found = next((f for f in frames if f[:1] == CMD_ERROR), None)
+        return DeviceError(f"device: {found[1:].decode(errors='replace')}") if found else None
 
     @staticmethod
     def _parse_hello(body: bytes) -> Hello:
