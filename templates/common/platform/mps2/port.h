@@ -49,17 +49,25 @@
 #error "MTVG_MPS2_IMAGE: this port knows the images 385, 386, 500, 505 and 547"
 #endif
 
+/* Processor clock of the FPGA image as QEMU models it (the board file passes it too). */
+#ifndef MTVG_CPU_HZ
+#define MTVG_CPU_HZ MTVG_MPS2_DEFAULT_CPU_HZ
+#endif
+
 /* ---- The vector table (cortex_m) ------------------------------------------------------ */
 /*
- * Every system exception but reset and SysTick is fatal: exceptions.c reports it on the
- * semihosting console and ends QEMU with MTVG_FAULT_EXIT_BASE + its number. SysTick counts
- * the timer's wraps (platform.c). External interrupts go to one dispatcher (exceptions.c):
- * UART0's lines wake the link, any other is fatal.
+ * Every system exception but reset and SysTick is fatal: the qemu_m layer's exceptions.c
+ * reports it on the semihosting console and ends QEMU with MTVG_FAULT_EXIT_BASE + its
+ * number. SysTick counts the timer's wraps (qemu_m's systick_timer.c). External interrupts
+ * go to one dispatcher (exceptions.c): UART0's lines wake the link, any other is fatal.
  */
 #define MTVG_PORT_NUM_IRQS MTVG_MPS2_NUM_IRQS
-#define MTVG_PORT_FAULT_HANDLER mtvg_mps2_fault_entry
+#define MTVG_PORT_FAULT_HANDLER mtvg_qemu_m_fault_entry
 #define MTVG_PORT_SYSTICK_HANDLER SysTick_Handler
-#define MTVG_PORT_IRQ_HANDLER mtvg_mps2_irq
+#define MTVG_PORT_IRQ_HANDLER mtvg_qemu_m_irq
+/* The UART's lines (qemu_m's dispatcher hands them to mtvg_port_uart_irq in platform.c). */
+#define MTVG_PORT_UART_IRQ_A MTVG_MPS2_UART0_IRQ_A
+#define MTVG_PORT_UART_IRQ_B MTVG_MPS2_UART0_IRQ_B
 
 /* ---- Faults (fault_report) -------------------------------------------------------------- */
 
@@ -67,20 +75,5 @@
 #ifndef MTVG_FAULT_STACK_SIZE
 #define MTVG_FAULT_STACK_SIZE 512
 #endif
-
-/* ---- Cross-file entry points ------------------------------------------------------- */
-
-/* Every fatal exception's entry (exceptions.c). */
-void mtvg_mps2_fault_entry(void) __attribute__((naked, noreturn));
-
-/* Every external interrupt's entry (exceptions.c). */
-void mtvg_mps2_irq(void);
-
-/* SysTick exception handler (platform.c). */
-void SysTick_Handler(void);
-
-/* UART0 interrupt (platform.c): only acknowledges it; the interrupt exists to wake the CPU
- * from WFI while the link waits for a byte. Called by the IRQ dispatcher in exceptions.c. */
-void mtvg_mps2_uart0_irq(void);
 
 #endif /* MTVG_MPS2_PORT_H_ */

@@ -1,8 +1,9 @@
 /*
- * microtvm-gen board port for QEMU's Arm MPS2/MPS3 machines: fatal exceptions and the
+ * microtvm-gen Cortex-M ports for QEMU machines (the qemu_m layer): fatal exceptions and the
  * external interrupt dispatcher (the vector table and reset are the cortex_m layer's).
  *
- * - External interrupts go to one dispatcher: UART0's lines wake the link, any other is fatal.
+ * - External interrupts go to one dispatcher: the UART's lines (MTVG_PORT_UART_IRQ_A and _B
+ *   in the port's port.h) wake the link, any other is fatal.
  * - Every other exception except SysTick is fatal: it is reported on the semihosting
  *   console and QEMU is ended with status MTVG_FAULT_EXIT_BASE + exception number
  *   (HardFault -> 131), so a crashed program never hangs the host.
@@ -16,12 +17,13 @@
 #include "mtvg/platform.h"
 #include "mtvg/port_cortex_m.h"
 #include "port.h"
+#include "qemu_m.h"
 #include "semihost.h"
 
 /* Size of the text buffer the fault report is formatted into. */
 #define MTVG_FAULT_MSG_SIZE 192
 
-void mtvg_mps2_fault_report(const uint32_t* frame, uint32_t ipsr, uint32_t exc_return)
+void mtvg_qemu_m_fault_report(const uint32_t* frame, uint32_t ipsr, uint32_t exc_return)
     __attribute__((noreturn, used));
 
 /*
@@ -29,7 +31,7 @@ void mtvg_mps2_fault_report(const uint32_t* frame, uint32_t ipsr, uint32_t exc_r
  * the private fault stack: r0 = the stacked exception frame (MSP or PSP, chosen by
  * EXC_RETURN bit 2), r1 = IPSR (exception number), r2 = EXC_RETURN.
  */
-void mtvg_mps2_fault_entry(void) {
+void mtvg_qemu_m_fault_entry(void) {
   __asm__ volatile(
       "tst   lr, #4\n\t"
       "ite   eq\n\t"
@@ -40,24 +42,24 @@ void mtvg_mps2_fault_entry(void) {
       "movw  r3, #:lower16:" MTVG_FAULT_STACK_TOP_ASM "\n\t"
       "movt  r3, #:upper16:" MTVG_FAULT_STACK_TOP_ASM "\n\t"
       "msr   msp, r3\n\t"
-      "b     mtvg_mps2_fault_report\n\t");
+      "b     mtvg_qemu_m_fault_report\n\t");
 }
 
 /*
- * External interrupts: UART0's lines are the link's wake-up (see mtvg_link_read); any other
+ * External interrupts: the UART's lines are the link's wake-up (see mtvg_link_read); any other
  * line was never enabled, so it is reported as fatal like an unexpected exception.
  */
-void mtvg_mps2_irq(void) {
+void mtvg_qemu_m_irq(void) {
   uint32_t ipsr = mtvg_cm_ipsr();
   uint32_t irq = (ipsr & MTVG_IPSR_MASK) - MTVG_EXC_FIRST_IRQ;
-  if (irq == MTVG_MPS2_UART0_IRQ_A || irq == MTVG_MPS2_UART0_IRQ_B) {
-    mtvg_mps2_uart0_irq();
+  if (irq == MTVG_PORT_UART_IRQ_A || irq == MTVG_PORT_UART_IRQ_B) {
+    mtvg_port_uart_irq();
     return;
   }
-  mtvg_mps2_fault_report(NULL, ipsr, 0u);
+  mtvg_qemu_m_fault_report(NULL, ipsr, 0u);
 }
 
-void mtvg_mps2_fault_report(const uint32_t* frame, uint32_t ipsr, uint32_t exc_return) {
+void mtvg_qemu_m_fault_report(const uint32_t* frame, uint32_t ipsr, uint32_t exc_return) {
   static char text[MTVG_FAULT_MSG_SIZE];
   mtvg_fault_msg msg = {text, sizeof(text), 0u};
   uint32_t exc = ipsr & MTVG_IPSR_MASK;
