@@ -8,14 +8,23 @@
 
 #include <stdint.h>
 
+/* The CPU clock: the PLL at the chip's rated 216 MHz (the board file's clock_hz), or with
+ * MTVG_RESET_CLOCK=1 the HSI of reset, 16 MHz. */
+#define MTVG_PLL_HZ 216000000u
+#define MTVG_HSI_HZ 16000000u
+#if defined(MTVG_RESET_CLOCK) && MTVG_RESET_CLOCK
+#undef MTVG_CPU_HZ
+#define MTVG_CPU_HZ MTVG_HSI_HZ
+#endif
 #ifndef MTVG_CPU_HZ
-#define MTVG_CPU_HZ 16000000u /* HSI after reset */
+#define MTVG_CPU_HZ MTVG_PLL_HZ
 #endif
 #ifndef MTVG_UART_BAUD
 #define MTVG_UART_BAUD 115200u
 #endif
-/* USART3's kernel clock: PCLK1 (RCC_DCKCFGR2.USART3SEL = 00 after reset), APB1 prescaler 1. */
-#define MTVG_UART_CLOCK_HZ 16000000u
+/* USART3's kernel clock: the HSI (platform.c sets RCC_DCKCFGR2.USART3SEL), whatever the CPU
+ * clock. */
+#define MTVG_UART_CLOCK_HZ MTVG_HSI_HZ
 
 /* cortex_m: the vector table (SysTick extends the cycle counter: cortex_m_dwt). */
 #define MTVG_PORT_NUM_IRQS 98u /* external interrupt lines of the STM32F74x/75x */

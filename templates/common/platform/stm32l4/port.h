@@ -8,8 +8,16 @@
 
 #include <stdint.h>
 
+/* The CPU clock: the PLL at the chip's rated 120 MHz (the board file's clock_hz), or with
+ * MTVG_RESET_CLOCK=1 the HSI16 this port switches to from the 4 MHz MSI of reset. */
+#define MTVG_PLL_HZ 120000000u
+#define MTVG_HSI_HZ 16000000u
+#if defined(MTVG_RESET_CLOCK) && MTVG_RESET_CLOCK
+#undef MTVG_CPU_HZ
+#define MTVG_CPU_HZ MTVG_HSI_HZ
+#endif
 #ifndef MTVG_CPU_HZ
-#define MTVG_CPU_HZ 16000000u /* HSI16 */
+#define MTVG_CPU_HZ MTVG_PLL_HZ
 #endif
 #ifndef MTVG_UART_BAUD
 #define MTVG_UART_BAUD 115200u
