@@ -24,7 +24,6 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 from docs_tables import DocsTable, add_docs_options, publish
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,12 +86,7 @@ def measure(name: str, work: Path) -> LibrarySize:
     print(f"{name}: export, library, link", file=sys.stderr, flush=True)
     archive = export_model(MODELS[name], work / f"{name}.tar", module=name).path
     lib = generate_library(archive, work / f"lib-{name}")
-    rng = np.random.default_rng(1)
-    inputs = [rng.integers(-128, 128, size=t.effective_shape(), dtype=np.int8)
-              for t in lib.module.inputs]
-    model = LinkedModel(name, lib.path, inputs, [t.c_name for t in lib.module.inputs],
-                        [t.c_name for t in lib.module.outputs],
-                        [t.size_bytes for t in lib.module.outputs])
+    model = LinkedModel.of(lib)
     elf = build_an385([model], work / f"app-{name}")
     outputs = parse_outputs(run_an385(elf), [model])[name]
     assert [len(o) for o in outputs] == model.output_bytes

@@ -38,6 +38,26 @@ class LinkedModel:
     output_fields: list[str]
     output_bytes: list[int]
 
+    @classmethod
+    def of(cls, library, inputs: list[np.ndarray] | None = None,
+           seed: int = 1) -> LinkedModel:
+        """The model of a generate_library result; `inputs` default to random tensors of its
+        input dtypes (seeded)."""
+        module = library.module
+        if inputs is None:
+            rng = np.random.default_rng(seed)
+            inputs = [random_tensor(t.dtype, t.effective_shape(), rng) for t in module.inputs]
+        return cls(library.name, library.path, inputs, [t.c_name for t in module.inputs],
+                   [t.c_name for t in module.outputs], [t.size_bytes for t in module.outputs])
+
+
+def random_tensor(dtype: str, shape, rng: np.random.Generator) -> np.ndarray:
+    """Values over the whole range of an integer dtype, or normal floats."""
+    if dtype.startswith("float"):
+        return rng.standard_normal(shape).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dtype)
+
 
 def write_main(path: Path, models: list[LinkedModel], shared: bool = False) -> None:
     """main.c: each model run once on its inputs; one line per output, '<model> <status>

@@ -51,17 +51,11 @@ EXPORTS = {"kws": MODELS / "mlperftiny_kws" / "kws_ref_model.tflite",
 def libraries(tmp_path_factory) -> dict[str, tuple[Path, LinkedModel]]:
     """Each model exported, its library generated, and random int8 inputs for it."""
     root = tmp_path_factory.mktemp("library")
-    rng = np.random.default_rng(28)
     out = {}
-    for name, model in EXPORTS.items():
+    for seed, (name, model) in enumerate(EXPORTS.items(), start=28):
         archive = export_model(model, root / f"{name}.tar", module=name).path
-        lib = generate_library(archive, root / f"lib-{name}")
-        inputs = [rng.integers(-128, 128, size=t.effective_shape(), dtype=np.int8)
-                  for t in lib.module.inputs]
-        out[name] = (archive, LinkedModel(
-            name, lib.path, inputs, [t.c_name for t in lib.module.inputs],
-            [t.c_name for t in lib.module.outputs],
-            [t.size_bytes for t in lib.module.outputs]))
+        out[name] = (archive, LinkedModel.of(generate_library(archive, root / f"lib-{name}"),
+                                             seed=seed))
     return out
 
 
@@ -199,11 +193,9 @@ def test_zephyr_hello_world_runs_the_models(libraries, zephyr_tree, tmp_path):  
     project for qemu-mps2-an385 (also a Cortex-M3)."""
     import os
 
-    models = []
-    for name, (archive, linked) in libraries.items():
-        lib = generate_library(archive, tmp_path / f"zm-{name}", fmt="zephyr-module")
-        models.append(LinkedModel(name, lib.path, linked.inputs, linked.input_fields,
-                                  linked.output_fields, linked.output_bytes))
+    models = [LinkedModel.of(generate_library(archive, tmp_path / f"zm-{name}",
+                                              fmt="zephyr-module"), linked.inputs)
+              for name, (archive, linked) in libraries.items()]
     elf = build_zephyr(models, tmp_path / "zephyr-app", zephyr_tree, "qemu_cortex_m3",
                        dict(os.environ))
     text = run_qemu_until_done(["qemu-system-arm", "-machine", "lm3s6965evb", "-cpu",
@@ -234,22 +226,11 @@ def test_an_older_archive_as_a_library(fixture, tmp_path):
     archive = shared_path("mlf", fixture) / "model.tar"
     lib = generate_library(archive, tmp_path / "lib")
     assert lib.runtime_sources == ["runtime/src/workspace.c"]
-    rng = np.random.default_rng(7)
-    inputs = [_random(t.dtype, t.effective_shape(), rng) for t in lib.module.inputs]
-    model = LinkedModel(lib.name, lib.path, inputs, [t.c_name for t in lib.module.inputs],
-                        [t.c_name for t in lib.module.outputs],
-                        [t.size_bytes for t in lib.module.outputs])
+    model = LinkedModel.of(lib, seed=7)
     assert lib.workspace_bytes > 0  # the runtime's arena: static, or the caller's
     got = parse_outputs(run_host(build_host([model], tmp_path / "app", shared=True)), [model])
     want = _ours(archive, "host", model, tmp_path)
     assert got[lib.name] == got[f"{lib.name}@shared"] == want
-
-
-def _random(dtype: str, shape, rng) -> np.ndarray:
-    if dtype.startswith("float"):
-        return rng.standard_normal(shape).astype(dtype)
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dtype)
 
 
 def test_an385_objects_compile_warning_free_wrapper(libraries, tmp_path):

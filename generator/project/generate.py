@@ -118,12 +118,7 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
     backend = backend_named(spec)
     target = backend.template_board(template_dir, board_name)
     board = target.board
-    archive, files = load_mlf(archive_path)
-    try:
-        module = archive.module(module_name)
-    except KeyError:
-        names = ", ".join(m.name for m in archive.modules)
-        raise ProjectError(f"{archive_path}: no module '{module_name}' (it has: {names})") from None
+    archive, files, module = load_module(archive_path, module_name)
     kind = resolve_project_type(module, project_type)
 
     def others() -> list[tuple[str, Board]]:  # the template's boards a hint may name
@@ -163,6 +158,17 @@ def _placement(place: str | None, board: Board, module: ModuleInfo,
                            "of ours")
     return place_memory(request, board, module,
                         sum(a.scratch_bytes for a in module.accelerators))
+
+
+def load_module(archive_path: Path,
+                module_name: str | None) -> tuple[MlfArchive, ArchiveFiles, ModuleInfo]:
+    """The archive, its files and the module asked for (None: the first), or one line."""
+    archive, files = load_mlf(archive_path)
+    try:
+        return archive, files, archive.module(module_name)
+    except KeyError:
+        names = ", ".join(m.name for m in archive.modules)
+        raise ProjectError(f"{archive_path}: no module '{module_name}' (it has: {names})") from None
 
 
 def _project_api_files(archive_path: Path, template: Path | None = None) -> dict[str, bytes]:

@@ -23,11 +23,15 @@ from generator.boards import load_board
 from generator.errors import ProjectError, UnsupportedModelError
 from generator.mlf.dtypes import dlpack_type_code, dtype_bits
 from generator.mlf.model import ModuleInfo, TensorInfo, c_identifier, external_pool_macro
-from generator.mlf.reader import load_mlf
 from generator.project.atomic_write import check_target_dir, write_atomically
 from generator.project.checks import check_buildable
 from generator.project.fit import check_fits
-from generator.project.generate import TVM_CODE_CFLAGS, plain_text, template_environment
+from generator.project.generate import (
+    TVM_CODE_CFLAGS,
+    load_module,
+    plain_text,
+    template_environment,
+)
 from generator.project.libraries import needed_libraries
 from generator.project.record import record_bytes, tensor_json
 from generator.project.sizing import (
@@ -93,12 +97,7 @@ def generate_library(archive_path: Path, out_dir: Path, board_name: str | None =
     compiled by the user's toolchain)."""
     if fmt not in FORMATS:
         raise ProjectError(f"unknown library format '{fmt}' (choose {' or '.join(FORMATS)})")
-    archive, files = load_mlf(archive_path)
-    try:
-        module = archive.module(module_name)
-    except KeyError:
-        names = ", ".join(m.name for m in archive.modules)
-        raise ProjectError(f"{archive_path}: no module '{module_name}' (it has: {names})") from None
+    archive, files, module = load_module(archive_path, module_name)
     origin = str(archive_path)
     _check_library_module(module, origin)
     if board_name is not None:
