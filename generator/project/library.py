@@ -32,7 +32,7 @@ from generator.project.generate import (
     plain_text,
     template_environment,
 )
-from generator.project.libraries import needed_libraries
+from generator.project.libraries import CMSIS_NN
 from generator.project.record import record_bytes, tensor_json
 from generator.project.sizing import (
     MIN_LIVE_BLOCKS,
@@ -84,8 +84,8 @@ class GeneratedLibrary:
     name: str
     module: ModuleInfo
     files: list[str]
-    static_bytes: int  # activations kept in the library's own .bss
-    workspace_bytes: int  # the runtime arena, 0 when the model allocates no workspace
+    static_bytes: int  # activations the model's code keeps in .bss whichever entry runs it
+    workspace_bytes: int  # what <name>_run holds statically, <name>_run_with_workspace takes
     runtime_sources: list[str]
 
 
@@ -130,7 +130,7 @@ def _check_library_module(module: ModuleInfo, origin: str) -> None:
         raise UnsupportedModelError(
             f"{origin}: the model calls accelerator drivers ({names}); the library output "
             "does not carry drivers yet (generate a project, or export without them)")
-    if module.objects or needed_libraries(module, origin).cmsis_nn is not None:
+    if module.objects or any(s.is_partition or s.target == CMSIS_NN for s in module.sources):
         raise UnsupportedModelError(
             f"{origin}: the library output takes C sources only, without BYOC partitions; "
             "this archive has compiled objects or CMSIS-NN partitions (generate a project)")
