@@ -360,6 +360,9 @@ class Generate(Command):
         parser.add_argument("--cmsis-nn", type=Path, metavar="PATH",
                             help="CMSIS-NN source tree, for archives with cmsis-nn BYOC "
                                  "partitions (default: $CMSIS_NN_PATH)")
+        parser.add_argument("--share-workspace", action="store_true",
+                            help="library: <name>_run works in one workspace every library "
+                                 "generated so shares (models that run one after the other)")
         parser.add_argument("--place", metavar="ITEM=REGION,...",
                             help="put the model's activations, scratch, weights or code in the "
                                  "board's memory regions (e.g. activations=DTCM,weights=DDR), "
@@ -384,6 +387,9 @@ class Generate(Command):
             return self.library(args)
         if args.board is None:
             raise InputError("generate: --board is required for a project (see 'boards')")
+        if args.share_workspace:
+            raise InputError("generate: --share-workspace is for --format library and "
+                             "zephyr-module")
         options = {"board": args.board, "project_type": args.project_type,
                    "module": args.module, "force": args.force or None,
                    "cmsis_path": str(args.cmsis_nn.resolve()) if args.cmsis_nn else None,
@@ -414,7 +420,7 @@ class Generate(Command):
         if refused:
             raise InputError(f"generate --format {args.format}: {refused[0]} is for projects")
         lib = generate_library(args.archive, args.output, args.board, args.force, args.module,
-                               args.format)
+                               args.format, args.share_workspace)
         if args.json:
             self.emit_json({"library": str(args.output), "name": lib.name,
                             "format": args.format, "entry": lib.module.entry,

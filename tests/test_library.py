@@ -112,6 +112,29 @@ def test_two_libraries_in_a_foreign_firmware(board, libraries, tmp_path):
             sorted(found)
 
 
+def test_share_workspace_gives_both_models_one_buffer(libraries, tmp_path):
+    """generate --share-workspace: both libraries' <name>_run work in the one common symbol
+    mtvg_shared_workspace, which the link sizes for the larger model; outputs unchanged."""
+    require_board_tools("host")
+    models = []
+    for name, (archive, linked) in libraries.items():
+        lib = generate_library(archive, tmp_path / f"shared-{name}", share_workspace=True)
+        assert json.loads((lib.path / LIBRARY_FILE).read_text())["shared_workspace"]
+        models.append(LinkedModel.of(lib, linked.inputs))
+    app = build_host(models, tmp_path / "app")
+    got = parse_outputs(run_host(app), models)
+    for archive, model in libraries.values():
+        assert got[model.name] == _ours(archive, "host", model, tmp_path)
+    done = subprocess.run(["nm", "-S", str(app)], check=True, capture_output=True, text=True)
+    sizes = [int(p[1], 16) for p in map(str.split, done.stdout.splitlines())
+             if len(p) == 4 and p[3] == "mtvg_shared_workspace"]
+    assert sizes == [max(_workspace(m.library) for m in models)] == [16000]  # kws's
+
+
+def _workspace(library: Path) -> int:
+    return json.loads((library / LIBRARY_FILE).read_text())["workspace_bytes"]
+
+
 def test_the_library_folder(libraries):
     """One public header, the model's C, build files for CMake, Make and IDEs; nothing of a
     firmware (no main, startup, platform or Project API server)."""

@@ -91,10 +91,12 @@ class GeneratedLibrary:
 
 def generate_library(archive_path: Path, out_dir: Path, board_name: str | None = None,
                      force: bool = False, module_name: str | None = None,
-                     fmt: str = FORMAT) -> GeneratedLibrary:
+                     fmt: str = FORMAT, share_workspace: bool = False) -> GeneratedLibrary:
     """Render the library of one AOT module of an archive (`fmt`: one of FORMATS);
     `board_name`, when given, is checked to be able to run it (the library itself is
-    compiled by the user's toolchain)."""
+    compiled by the user's toolchain). `share_workspace`: `<name>_run` works in the common
+    symbol `mtvg_shared_workspace`, which every library generated so shares (the linker
+    sizes it for the largest)."""
     if fmt not in FORMATS:
         raise ProjectError(f"unknown library format '{fmt}' (choose {' or '.join(FORMATS)})")
     archive, files, module = load_module(archive_path, module_name)
@@ -106,7 +108,8 @@ def generate_library(archive_path: Path, out_dir: Path, board_name: str | None =
         check_fits(module, board, STANDALONE, origin)
     check_target_dir(out_dir, force)
 
-    rendered = _render(archive_path, archive.sha256 or "directory", files.data, module, fmt)
+    rendered = _render(archive_path, archive.sha256 or "directory", files.data, module, fmt,
+                       share_workspace)
     write_atomically(out_dir, rendered)
     memory = _memory(module, _pool_hook(module, files.data) is not None)
     return GeneratedLibrary(out_dir, module.name, module, sorted(rendered),
@@ -198,7 +201,7 @@ def _tensor(t: TensorInfo) -> LibraryTensor:
 
 
 def _render(archive_path: Path, sha256: str, data: dict[str, bytes],
-            module: ModuleInfo, fmt: str) -> dict[str, bytes]:
+            module: ModuleInfo, fmt: str, share_workspace: bool = False) -> dict[str, bytes]:
     name = module.name
     hook = _pool_hook(module, data)
     memory = _memory(module, hook is not None)
@@ -245,6 +248,7 @@ def _render(archive_path: Path, sha256: str, data: dict[str, bytes],
         "pool_symbol": f"tvmgen_{name}_workspace_pool" if hook else None,
         "pool_part": memory.pool_part,
         "arena_bytes": memory.arena_bytes,
+        "share_workspace": share_workspace,
         "uses_runtime": bool(runtime_sources),
         "runtime_sources": runtime_sources,
         "max_live_blocks": max(MIN_LIVE_BLOCKS, module.workspace_call_sites),
@@ -281,6 +285,7 @@ def _record(archive_path: Path, sha256: str, module: ModuleInfo, context: dict,
                    "outputs": [tensor_json(t) for t in module.outputs]},
         "static_bytes": context["static_bytes"],
         "workspace_bytes": context["workspace_bytes"],
+        "shared_workspace": context["share_workspace"] and context["workspace_bytes"] > 0,
         "sources": context["sources"],
         "runtime_sources": context["runtime_sources"],
         "include_dirs": ["include", *context["private_include_dirs"]],
