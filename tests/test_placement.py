@@ -103,25 +103,30 @@ def _inside(address: int, name: str, board: str = AN547) -> bool:
     return region.origin <= address < region.end
 
 
-def _kws_outputs(project: Path) -> list[bytes]:
+def _kws_inputs() -> list[np.ndarray]:
     rng = np.random.default_rng(28)
-    xs = [rng.integers(-128, 128, size=(1, 49, 10, 1), dtype=np.int8) for _ in range(2)]
-    report = run_project(project, [{"input_1": x} for x in xs])
+    return [rng.integers(-128, 128, size=(1, 49, 10, 1), dtype=np.int8) for _ in range(2)]
+
+
+def _kws_outputs(project: Path) -> list[bytes]:
+    report = run_project(project, [{"input_1": x} for x in _kws_inputs()])
     return [np.asarray(o["Identity"]).tobytes() for o in report.outputs]
 
 
 @pytest.fixture(scope="module")
-def unplaced(kws, tmp_path_factory) -> list[bytes]:
-    require_board_tools(AN547)
-    project = tmp_path_factory.mktemp("unplaced") / "p"
-    generate(kws, AN547, project)
-    return _kws_outputs(project)
+def unplaced() -> list[bytes]:
+    """What kws gives without placement on every board: TFLite Micro's reference kernels'
+    bytes (tests/test_export.py checks every board against them, the AN547 included)."""
+    from tests.test_export import tflm_outputs
+
+    return [np.asarray(o).tobytes() for o in tflm_outputs(KWS, _kws_inputs())]
 
 
 def test_an547_activations_dtcm_weights_ddr_scratch_sram(kws, unplaced, tmp_path, monkeypatch):
     """As asked: the ELF's symbols sit in the regions named, the run's bytes are those of the
-    same model without placement (our kernels). With CMSIS-NN, whose driver has a scratch
+    same model without placement. With CMSIS-NN, whose driver has a scratch
     buffer, when a CMSIS-NN tree is at hand (../shared); else with our kernels alone."""
+    require_board_tools(AN547)
     archive, kernels = kws, "c"
     if (CMSIS_NN / "Include" / "arm_nnfunctions.h").is_file():
         monkeypatch.setenv("CMSIS_NN_PATH", str(CMSIS_NN))
