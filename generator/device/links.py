@@ -117,9 +117,8 @@ class QemuSocket(Qemu):
     def open(self, board, elf, serial_number=None):
         require_built(elf)
         port = free_tcp_port()
-        argv = qemu_argv(board, elf)
-        at = argv.index("stdio,id=link,mux=off,signal=off")
-        argv[at] = f"socket,id=link,host=127.0.0.1,port={port},server=on,wait=off"
+        argv = qemu_argv(board, elf, f"socket,id=link,host=127.0.0.1,port={port},server=on,"
+                                     "wait=off")
         return SocketDevice(argv, f"QEMU ({board.name}, UART on port {port})", port)
 
 
@@ -173,11 +172,16 @@ def qemu_binary(board: Board) -> str:
     return binary
 
 
-def qemu_argv(board: Board, elf: Path) -> list[str]:
+# The UART's character device: QEMU's stdin and stdout (link 'qemu').
+STDIO_CHARDEV = "stdio,id=link,mux=off,signal=off"
+
+
+def qemu_argv(board: Board, elf: Path, chardev: str = STDIO_CHARDEV) -> list[str]:
+    """The QEMU command line; `chardev` (with id=link) is where UART0 goes."""
     assert board.qemu is not None
     argv = [qemu_binary(board), "-M", board.qemu.machine, "-cpu", board.qemu.cpu,
             "-display", "none", "-monitor", "none", "-nodefaults", "-nic", "user,restrict=on",
-            "-chardev", "stdio,id=link,mux=off,signal=off", "-serial", "chardev:link",
+            "-chardev", chardev, "-serial", "chardev:link",
             "-semihosting-config", "enable=on,target=native",
             "-kernel", str(elf), *board.qemu.args]
     if board.qemu.icount_shift is not None:
