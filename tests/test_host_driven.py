@@ -228,8 +228,10 @@ def test_serve_restarts_its_project_api_server(project):
                 check_operators(tvm.rpc.connect("127.0.0.1", port), np.random.default_rng(8))
                 break
             except (tvm.error.RPCError, tvm.error.InternalError):
-                if time.monotonic() > deadline:
-                    raise
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    proc.kill()
+                    said = proc.stdout.read() + proc.stderr.read()
+                    raise AssertionError(said.decode()) from None
                 time.sleep(0.5)
         assert proc.wait(timeout=60) == 0
         said = proc.stdout.read() + proc.stderr.read()

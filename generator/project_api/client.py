@@ -95,6 +95,7 @@ class ProjectClient:
         self.writer = os.fdopen(to_server_w, "wb", buffering=0)
         self.reader = os.fdopen(from_server_r, "rb")
         self.next_id = 1
+        self.stopped = False  # set when its pipe closed
 
     def __enter__(self) -> ProjectClient:
         return self
@@ -128,6 +129,7 @@ class ProjectClient:
         except (BrokenPipeError, OSError):
             reply_line = b""
         if not reply_line:
+            self.stopped = True
             raise ProjectAPIError(f"the Project API server of {self.directory} stopped "
                                   f"(during {method}; exit status {self.proc.poll()})")
         try:
@@ -163,8 +165,9 @@ class ProjectClient:
         self.call("flash", {"options": options})
 
     def alive(self) -> bool:
-        """Whether the server process still runs."""
-        return self.proc.poll() is None
+        """Whether the server still answers: its process runs and its pipe did not close (a
+        killed server closes its pipe a moment before the process is gone)."""
+        return not self.stopped and self.proc.poll() is None
 
     def transport(self, options: dict | None = None) -> ProjectTransport:
         self.call("open_transport", {"options": options or {}})
