@@ -10,6 +10,7 @@ SHF_WRITE = 0x1
 SHF_ALLOC = 0x2
 SHT_NOBITS = 8
 SHT_SYMTAB = 2
+EM_ARM = 40
 
 
 @dataclass(frozen=True)
@@ -132,3 +133,86 @@ def needed_libraries(path: Path) -> list[str]:
                 end = blob.find(b"\0", start, strtab.offset + strtab.size)
                 needed.append(blob[start:end].decode(errors="replace") if end >= 0 else "")
     return needed
+
+
+STT_OBJECT = 1
+STT_FUNC = 2
+
+
+@dataclass(frozen=True)
+class ElfSection:
+    name: str
+    addr: int
+    size: int
+    allocated: bool  # occupies memory when the program runs
+    nobits: bool  # .bss-like: no bytes in the file (zeroed)
+    writable: bool
+
+
+@dataclass(frozen=True)
+class ElfSymbol:
+    name: str
+    value: int  # address (Thumb functions: with the low bit cleared)
+    size: int
+    kind: str  # "func" | "object" | "other"
+
+
+def _string(blob: bytes, table: _Section, index: int) -> str:
+    start = table.offset + index
+    end = blob.find(b"\0", start, table.offset + table.size)
+    return blob[start:end].decode(errors="replace") if end >= 0 else ""
+
+
+def elf_sections(path: Path) -> list[ElfSection]:
+    """The ELF's sections with their names, in header order."""
+    blob, is64, endian = _read_elf(path)
+    sections = _sections(blob, is64, endian)
+    shstrndx, = struct.unpack_from(endian + "H", blob, 0x3E if is64 else 0x32)
+    names = sections[shstrndx] if shstrndx < len(sections) else None
+    out = []
+    for i, sec in enumerate(sections):
+        if i == 0:
+            continue
+        name_index, = struct.unpack_from(endian + "I", blob, _section_header_offset(
+            blob, is64, endian, i))
+        out.append(ElfSection(_string(blob, names, name_index) if names else "", sec.addr,
+                              sec.size, bool(sec.flags & SHF_ALLOC), sec.sh_type == SHT_NOBITS,
+                              bool(sec.flags & SHF_WRITE)))
+    return out
+
+
+def _section_header_offset(blob: bytes, is64: bool, endian: str, index: int) -> int:
+    if is64:
+        shoff, = struct.unpack_from(endian + "Q", blob, 0x28)
+        shentsize, = struct.unpack_from(endian + "H", blob, 0x3A)
+    else:
+        shoff, = struct.unpack_from(endian + "I", blob, 0x20)
+        shentsize, = struct.unpack_from(endian + "H", blob, 0x2E)
+    return shoff + index * shentsize
+
+
+def elf_symbols(path: Path) -> list[ElfSymbol]:
+    """Every named symbol of the ELF's symbol table."""
+    blob, is64, endian = _read_elf(path)
+    sections = _sections(blob, is64, endian)
+    thumb = not is64 and struct.unpack_from(endian + "H", blob, 0x12)[0] == EM_ARM
+    out = []
+    for sec in sections:
+        if sec.sh_type != SHT_SYMTAB or sec.entsize == 0 or sec.link >= len(sections):
+            continue
+        strtab = sections[sec.link]
+        for off in range(sec.offset, sec.offset + sec.size, sec.entsize):
+            if is64:
+                st_name, info, _other, _shndx, value, size = struct.unpack_from(
+                    endian + "IBBHQQ", blob, off)
+            else:
+                st_name, value, size, info, _other, _shndx = struct.unpack_from(
+                    endian + "IIIBBH", blob, off)
+            name = _string(blob, strtab, st_name)
+            if not name:
+                continue
+            kind = {STT_FUNC: "func", STT_OBJECT: "object"}.get(info & 0xF, "other")
+            if thumb and kind == "func":
+                value &= ~1
+            out.append(ElfSymbol(name, value, size, kind))
+    return out

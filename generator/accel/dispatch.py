@@ -31,6 +31,10 @@ class OffloadReport:
     refused: list[tuple[str, str, str]] = field(default_factory=list)  # accel, pattern, why
     unmatched: list[str] = field(default_factory=list)  # accelerators that took nothing
 
+    def macs_of(self, kernel: str) -> int | None:
+        """The MACs the plugin's lowering declared for one of its kernels."""
+        return next((o.macs for o in self.offloaded if o.kernel == kernel), None)
+
     def by_accelerator(self) -> dict[str, Counter]:
         out: dict[str, Counter] = {}
         for o in self.offloaded:

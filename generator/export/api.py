@@ -18,6 +18,7 @@ from generator.export.mlf_writer import (
     module_metadata,
     write_archive,
 )
+from generator.export.opnames import kernel_operators
 from generator.export.planner import Plan
 from generator.export.quantize import QuantReport
 from generator.export.tuning import TuningRecords
@@ -212,6 +213,8 @@ def _metadata(module: str, lowered, code: ccode.AotCode, origin: str,
                      "placement": "flash", "size_bytes": code.constants_bytes},
                 ],
                 "calls": [c.kernel for c in program.calls],
+                "layers": [{**layer, "operators": kernel_operators(layer["kernel"])}
+                           for layer in code.layers],
                 "accelerators": _accelerators_meta(lowered, accelerators),
                 **({"tuning": tuning.to_metadata(lowered.tuned)} if tuning else {}),
                 "quantization": {"integer": lowered.quant.integer,

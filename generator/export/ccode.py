@@ -41,6 +41,7 @@ class AotCode:
     outputs: list[IoTensor]
     constants_bytes: int
     copied_outputs: list[str]  # outputs that are not written in place (copied at the end)
+    layers: list[dict]  # per call: its tensors and where they live (metadata "layers")
 
 
 def check_io_names(input_names: list[str], output_names: list[str]) -> None:
@@ -157,7 +158,44 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
         outputs=outputs,
         constants_bytes=sum(program.tensors[t].nbytes for t in constants),
         copied_outputs=copied,
+        layers=_layers(program, lowered, inputs, in_place, memory_plan, const_names),
     )
+
+
+def _layers(program: Program, lowered: Lowered, inputs: list[IoTensor], in_place: dict[int, str],
+            memory_plan: Plan, const_names: dict[int, str]) -> list[dict]:
+    """What each call reads and writes, and where those bytes live: `report`'s per-layer
+    table. A constant's bytes count for the first call that reads it."""
+    input_of = {tid: t.c_name for tid, t in zip(program.inputs, inputs, strict=True)}
+    prefix_len = len(next(iter(const_names.values()), "")) - len("const_0") \
+        if const_names else 0
+    seen: set[int] = set()
+    out = []
+    for call in program.calls:
+        args, weights = [], 0
+        n_inputs = len(call.args) - call.outputs
+        for position, tid in enumerate(call.args):
+            tensor, root = program.tensors[tid], program.root(tid)
+            kind = program.tensors[root].kind
+            if kind == "input":
+                ref = input_of[root]
+            elif kind == "constant":
+                ref = const_names[root][prefix_len:]
+                if root not in seen:
+                    weights += program.tensors[root].nbytes
+                    seen.add(root)
+            elif root in in_place:
+                kind, ref = "output", in_place[root]
+            else:
+                ref = f"pool+{memory_plan.offset_of(root)}"
+            args.append({"role": "input" if position < n_inputs else "output", "kind": kind,
+                         "shape": list(tensor.shape), "dtype": tensor.dtype,
+                         "bytes": tensor.nbytes, "ref": ref})
+        out.append({"kernel": call.kernel, "macs": lowered.kernel_macs.get(call.kernel),
+                    "implementation": (f"accelerator:{lowered.accel_kernels[call.kernel]}"
+                                       if call.kernel in lowered.accel_kernels else "ours"),
+                    "weights_bytes": weights, "args": args})
+    return out
 
 
 def _header(module: str, inputs: list[IoTensor], outputs: list[IoTensor]) -> str:

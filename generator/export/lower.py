@@ -17,6 +17,7 @@ from generator.accel.dispatch import OffloadReport, Selected, merge_identical_ke
 from generator.accel.tir import ACCELERATOR_ATTR
 from generator.errors import ExportError
 from generator.export import qkernels
+from generator.export.macs import kernel_macs
 from generator.export.quantize import QuantReport, integer_rewrite
 from generator.export.schedule import shrink_intermediates
 from generator.mlf.dtypes import ShapedTensor
@@ -53,6 +54,7 @@ class Tensor:
 class KernelCall:
     kernel: str  # kernel name (without the symbol prefix)
     args: list[int]  # tensor ids: inputs first, then outputs
+    outputs: int = 1  # how many of `args` (the last ones) it writes
 
 
 @dataclass
@@ -81,6 +83,7 @@ class Lowered:
     offload: OffloadReport = field(default_factory=OffloadReport)
     tuned: list = field(default_factory=list)  # tuning.TunedKernel: kernels scheduled by tune
     tuning_notes: list[str] = field(default_factory=list)
+    kernel_macs: dict[str, int] = field(default_factory=dict)  # kernel → MACs of one call
 
 
 def relax_pipeline():
@@ -141,8 +144,10 @@ def lower(mod, module_name: str = "default", accelerators: list[Selected] | None
     missing = [k for k in used if k not in prototypes]
     if missing:
         raise ExportError(f"TVM's C codegen did not emit kernels {', '.join(missing)}")
+    macs = {name: (offload_report.macs_of(name) if name in accel_kernels
+                   else kernel_macs(func)) for name, func in kernels.items()}
     return Lowered(program, c_source, prototypes, relax_text, quant, accel_kernels,
-                   offload_report, tuned_kernels, tuning_notes)
+                   offload_report, tuned_kernels, tuning_notes, macs)
 
 
 def fuse(mod, accelerators: list[Selected] | None = None) \
@@ -317,7 +322,7 @@ class _MainReader:
             outs = [self.new(*_static_shape(s, kernel), "activation") for s in infos]
             if len(call.args) > 2:
                 raise ExportError(f"{kernel}: call_tir with symbolic shape arguments")
-            self.calls.append(KernelCall(kernel, [*args, *outs]))
+            self.calls.append(KernelCall(kernel, [*args, *outs], len(outs)))
             return tuple(outs) if isinstance(sinfo, relax.TupleType) else outs[0]
         if name in ("relax.reshape", "relax.memory.view"):
             src = self.value(call.args[0])
