@@ -367,6 +367,10 @@ class Generate(Command):
                             help="put the model's activations, scratch, weights or code in the "
                                  "board's memory regions (e.g. activations=DTCM,weights=DDR), "
                                  "or 'auto': hot and small first into the fastest that fits")
+        parser.add_argument("--profile", action="store_true",
+                            help="the firmware records the timer at each call of the model's "
+                                 "run function (for run --profile; off, the marks compile to "
+                                 "nothing)")
         parser.add_argument("--template", type=Path, metavar="DIR",
                             help="template directory with a Project API server "
                                  "(default: the built-in CRT template)")
@@ -393,7 +397,7 @@ class Generate(Command):
         options = {"board": args.board, "project_type": args.project_type,
                    "module": args.module, "force": args.force or None,
                    "cmsis_path": str(args.cmsis_nn.resolve()) if args.cmsis_nn else None,
-                   "place": args.place,
+                   "place": args.place, "profile": args.profile or None,
                    **parse_options(args.option)}
         project = generate_project(args.archive, args.output, options, args.template)
         files = sorted(p.relative_to(args.output).as_posix()
@@ -415,6 +419,7 @@ class Generate(Command):
 
         refused = [flag for flag, given in (("--project-type", args.project_type),
                                             ("--place", args.place),
+                                            ("--profile", args.profile),
                                             ("--template", args.template),
                                             ("--option", args.option)) if given]
         if refused:
@@ -598,6 +603,9 @@ class Run(Command):
         parser.add_argument("--sanitize", action=argparse.BooleanOptionalAction, default=None,
                             help="host board: (re)build with AddressSanitizer and UBSan, or "
                                  "without (default: as the last build)")
+        parser.add_argument("--profile", action="store_true",
+                            help="also time each call of the model (a project generated with "
+                                 "--profile): per layer and per kernel, kept for 'report'")
 
     def do_run(self, args):
         import numpy  # for printing the outputs
@@ -650,16 +658,32 @@ class Run(Command):
 
         report = run_project(args.project, samples, args.output_dir, progress=progress,
                              sanitize=args.sanitize, on_sample=None if args.json else show,
-                             batch=args.batch)
+                             batch=args.batch, profile=args.profile)
+        profiled = self.keep_profile(args.project, project, report) if report.profiles else []
         if args.json:
-            self.emit_json(report.to_json())
+            self.emit_json({**report.to_json(),
+                            **({"profile": [t.to_json() for t in profiled]} if profiled else {})})
         else:
             self.print_summary(report)
+            if profiled:
+                from generator.report.profile import profile_lines
+
+                for line in profile_lines(report.timings[-1].unit, profiled):
+                    print(line)
         if report.interrupted:
             print(f"microtvm-gen: interrupted after {len(report.outputs)} of "
                   f"{report.requested} samples; their outputs are kept", file=sys.stderr)
             return EXIT_INTERRUPTED
         return EXIT_OK
+
+    @staticmethod
+    def keep_profile(project_dir: Path, project: dict, report) -> list:
+        """The last sample's time per call, saved for `report`."""
+        from generator.report.profile import call_times, save_profile
+
+        times = call_times(project_dir, project["module"]["name"], report.profiles[-1])
+        save_profile(project_dir, report.timings[-1].unit, times)
+        return times
 
     @staticmethod
     def print_summary(report) -> None:
@@ -862,8 +886,45 @@ class Tune(Command):
         return EXIT_OK
 
 
+class Report(Command):
+    name = "report"
+    help = ("what a built project holds: memory by region (weights, each kernel's code, "
+            "runtime, libc, activations, I/O, stack), the model's layers, the stack bound")
+
+    def do_add_parser(self, parser):
+        parser.add_argument("project", type=Path, help="a built project directory")
+        parser.add_argument("--html", type=Path, metavar="FILE",
+                            help="also write one self-contained HTML page: both pictures and "
+                                 "the tables")
+        parser.add_argument("--svg", type=Path, metavar="FILE",
+                            help="also write the memory map to FILE and the per-layer picture "
+                                 "beside it (FILE's name with .layers.svg)")
+
+    def do_run(self, args):
+        from generator.report.files import layers_svg_path, write_pictures
+        from generator.report.report import project_report
+        from generator.report.text import report_lines
+
+        outputs = [(args.html, "--html"), (args.svg, "--svg")]
+        if args.svg is not None:
+            outputs.append((layers_svg_path(args.svg), "--svg"))
+        for path, option in outputs:
+            if path is not None:
+                check_output(path, option, FILE, inputs=[args.project])
+        report = project_report(args.project)
+        written = write_pictures(report.to_json(), html=args.html, svg=args.svg)
+        if args.json:
+            self.emit_json({**report.to_json(), "written": [str(p) for p in written]})
+            return EXIT_OK
+        for line in report_lines(report):
+            print(line)
+        for path in written:
+            print(f"wrote {path}")
+        return EXIT_OK
+
+
 COMMANDS: list[Command] = [Export(), Info(), Boards(), Generate(), Build(), Run(), Serve(),
-                           Flash(), Accelerators(), Tune()]
+                           Flash(), Accelerators(), Tune(), Report()]
 
 
 def build_parser() -> argparse.ArgumentParser:

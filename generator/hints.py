@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 # The catalogue: a key per hint (tests/test_hints.py has a test for each key).
 CATALOGUE = ("batch", "operator-style", "host-driven", "dsp-board", "generate-first",
              "input-shape", "fixed-shape", "serve-host-driven", "serve-operator-style",
-             "bigger-board")
+             "bigger-board", "profile-project")
 
 
 def batch() -> str:
@@ -79,3 +79,9 @@ def bigger_board(boards: Iterable[str]) -> str:
     if not names:
         return "a smaller model: it fits none of the boards"
     return f"choose a board it fits: {', '.join(names)}"
+
+
+def profile_project(project_dir, board: str) -> str:
+    """run --profile: the project was generated without --profile."""
+    return (f"generate it again with --profile: microtvm-gen generate {project_dir}/model.tar "
+            f"--board {board} -o {project_dir} --force --profile")

@@ -12,12 +12,12 @@ from time import monotonic
 
 import numpy as np
 
-from generator import RUNTIME_ABI_VERSION, abi
+from generator import RUNTIME_ABI_VERSION, abi, hints
 from generator.boards import Board
 from generator.build import BuildResult, board_ram, build
 from generator.device.links import link_of
 from generator.elfsize import elf_size
-from generator.errors import DeviceError, InputError
+from generator.errors import DeviceError, InputError, ProjectError
 from generator.link.app_client import AppClient, RunResult
 from generator.mlf.model import c_identifier
 from generator.project.backends import board_of_project
@@ -134,6 +134,8 @@ class RunReport:
     counters: list[dict[str, dict[str, int]]] = field(default_factory=list)
     requested: int = 0  # samples asked for; fewer in `outputs` when interrupted
     interrupted: bool = False  # Ctrl-C: the samples finished before it are kept
+    # run --profile: each sample's time per call of the run function, in its timing's unit.
+    profiles: list[list[int]] = field(default_factory=list)
 
     def to_json(self) -> dict:
         samples = []
@@ -146,6 +148,8 @@ class RunReport:
             })
         for sample, counters in zip(samples, self.counters, strict=False):
             sample["accelerator_counters"] = counters
+        for sample, calls in zip(samples, self.profiles, strict=False):
+            sample["profile"] = calls
         return {"board": self.board, "samples": samples, "flash_bytes": self.flash_bytes,
                 "ram_bytes": self.ram_bytes, "arena_bytes": self.arena_bytes,
                 "storage_bytes": self.storage_bytes, "storage_used_bytes": self.storage_used,
@@ -179,11 +183,14 @@ SampleCallback = Callable[[int, dict, RunResult, Timing, dict], None]
 def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
                 output_dir: Path | None = None, progress=None,
                 sanitize: bool | None = None,
-                on_sample: SampleCallback | None = None, batch: bool = False) -> RunReport:
+                on_sample: SampleCallback | None = None, batch: bool = False,
+                profile: bool = False) -> RunReport:
     """Run `samples` on the project's device. Ctrl-C (KeyboardInterrupt) after a sample
     finished ends the run early: the report holds the finished samples (`interrupted`),
-    and their outputs are written; before the first, it propagates."""
+    and their outputs are written; before the first, it propagates. `profile`: also the
+    time of each call of the run function (a project generated with --profile)."""
     project = load_project(project_dir)
+    points = profile_points_of(project, project_dir) if profile else 0
     inputs = [TensorSpec.from_json(d) for d in project["module"]["inputs"]]
     outputs = [TensorSpec.from_json(d) for d in project["module"]["outputs"]]
     encoded = []
@@ -228,6 +235,7 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
             raise DeviceError("the firmware does not match project.json; rebuild the project")
         counted = any(a.get("counters") for a in project.get("accelerators", []))
         counters: list[dict] = []
+        profiles: list[list[int]] = []
         before = client.counters() if counted else {}
         shown = -PROGRESS_SECONDS
         interrupted = False
@@ -244,6 +252,8 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
                     status = abi.describe_status(result.status, RUN_STATUSES)
                     raise DeviceError(f"the model returned status {status} on the device"
                                       + (f": {result.message}" if result.message else ""))
+                calls = _call_times(client.profile(), points, board, result.hz) \
+                    if points else []
                 sample_counters = {}
                 if counted:
                     after = client.counters()
@@ -259,6 +269,8 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
                     results.append(result)
                     if counted:
                         counters.append(sample_counters)
+                    if points:
+                        profiles.append(calls)
                     all_outputs.append(outs)
                     if on_sample:
                         on_sample(n, outs, result, timing(board, result.ticks, result.hz),
@@ -277,7 +289,8 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
                        project["module"]["arena_bytes"], storage_bytes=hello.storage_bytes,
                        storage_used=hello.storage_used,
                        timings=[timing(board, r.ticks, r.hz) for r in results],
-                       counters=counters, requested=len(encoded), interrupted=interrupted)
+                       counters=counters, requested=len(encoded), interrupted=interrupted,
+                       profiles=profiles)
     if output_dir is not None and all_outputs:
         output_dir.mkdir(parents=True, exist_ok=True)
         for spec in outputs:
@@ -289,6 +302,26 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
             np.save(path, stacked)
             report.output_files.append(path)
     return report
+
+
+def profile_points_of(project: dict, project_dir: Path) -> int:
+    """The marks a project generated with --profile makes per run; refused otherwise."""
+    points = project.get("profile", {}).get("points") if isinstance(project.get("profile"),
+                                                                      dict) else None
+    if not isinstance(points, int) or points < 2:
+        raise ProjectError(f"{project_dir}: generated without --profile: its firmware does not "
+                           "time each call",
+                           hint=hints.profile_project(project_dir, project.get("board", "")))
+    return points
+
+
+def _call_times(ticks: list[int], points: int, board: Board, hz: int) -> list[int]:
+    """Each call's time in the run's unit: the difference of its marks."""
+    if len(ticks) != points:
+        raise DeviceError(f"the run function marked {len(ticks)} of its {points} points; "
+                          "the firmware is not this project's build")
+    return [timing(board, after - before, hz).count
+            for before, after in zip(ticks, ticks[1:], strict=False)]
 
 
 @contextmanager

@@ -152,4 +152,4 @@ def test_app_commands_match_the_application():
     source = (REPO / "templates" / "crt" / "src" / "app.c").read_text()
     c_cmds = {m[0]: m[1].encode() for m in re.findall(r"^#define (CMD_\w+) '(.)'$", source, re.M)}
     py_cmds = {name: value for name, value in vars(app_client).items() if name.startswith("CMD_")}
-    assert len(c_cmds) == 12 and py_cmds == c_cmds
+    assert len(c_cmds) == 14 and py_cmds == c_cmds

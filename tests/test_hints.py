@@ -180,5 +180,19 @@ def test_bigger_board(tmp_path, capsys):
                           str(tmp_path / board)])
 
 
+@followed("profile-project")
+def test_profile_project(hello, tmp_path, capsys):
+    project = tmp_path / "hello"
+    succeeds(capsys, ["generate", str(hello["whole"]), "--board", "host", "-o", str(project)])
+    sample = tmp_path / "x.npy"
+    np.save(sample, np.zeros((1, 1), np.int8))
+    run = ["run", str(project), "--input", f"serving_default_dense_input:0={sample}",
+           "--profile"]
+    hint = refused_with(capsys, run)
+    assert hint == hints.profile_project(project, "host")
+    succeeds(capsys, hint.split(": ", 1)[1].split()[1:])  # the command, as it is written
+    succeeds(capsys, run)
+
+
 def test_every_hint_has_a_test():
     assert FOLLOWED == set(hints.CATALOGUE)

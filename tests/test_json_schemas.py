@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pytest
 
 from generator.cli import COMMANDS, main
@@ -107,6 +108,23 @@ def test_generate_build_run(board, work, capsys):
                                "--output-dir", str(work / f"out-{board}")])
     validate("run", report)
     assert report["samples"][0]["unit"] == ("ns" if board == "host" else "instructions")
+    validate("report", cli_json(capsys, ["report", str(project)]))  # TVM 0.8's archive
+
+
+def test_profiled_run_and_report(work, exported, capsys):
+    """run --profile and report of an archive our exporter wrote (its layers, the profile)."""
+    project = work / "profiled"
+    assert main(["generate", str(work / "m.tar"), "--board", "host", "-o", str(project),
+                 "--profile"]) == 0
+    sample = work / "hello.npy"
+    np.save(sample, np.zeros((1, 1), np.int8))
+    run = cli_json(capsys, ["run", str(project), "--input",
+                            f"serving_default_dense_input:0={sample}", "--profile"])
+    validate("run", run)
+    assert len(run["profile"]) == len(run["samples"][0]["profile"]) == 3
+    report = cli_json(capsys, ["report", str(project), "--html", str(work / "r.html")])
+    validate("report", report)
+    assert all(layer["profile"] for layer in report["layers"])
 
 
 def test_flash_dry_run(work, capsys):

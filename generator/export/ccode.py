@@ -15,7 +15,7 @@ from generator.cnames import c_identifiers
 from generator.errors import ExportError, MlfError
 from generator.export.lower import Lowered, Program
 from generator.export.planner import ALIGN, Interval, Plan, plan
-from generator.mlf.model import external_pool_macro
+from generator.mlf.model import PROFILE_MARK_FUNCTION, external_pool_macro, profile_macro
 from generator.mlf.schema import check_tensor_name
 
 ACCEL_RUN_FAILED = abi.constant("MTVG_ACCEL_RUN_FAILED")  # the generated code has no mtvg/ headers
@@ -128,8 +128,9 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
             return f"outputs->{in_place[root]}"
         return f"({pool} + {memory_plan.offset_of(root)})"
 
-    lines = []
-    for call in program.calls:
+    mark = f"{prefix.upper()}MARK"
+    lines = [f"  {mark}(0);"]
+    for step, call in enumerate(program.calls):
         types = [p.rsplit("*", 1)[0].strip() + "*"
                  for p in lowered.prototypes[call.kernel].split(",")]
         if len(types) != len(call.args):
@@ -137,6 +138,7 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
                               f"{len(call.args)} arguments in the model")
         args = ", ".join(f"({ty}){where(t)}" for ty, t in zip(types, call.args, strict=True))
         lines.append(f"  {prefix}{call.kernel}({args});")
+        lines.append(f"  {mark}({step + 1});")
         if call.kernel in lowered.accel_kernels:
             lines.append(f"  if (mtvg_accel_failed()) return {ACCEL_RUN_FAILED}; "
                          f"/* {lowered.accel_kernels[call.kernel]} */")
@@ -234,6 +236,15 @@ def _run_source(module: str, lowered: Lowered, program: Program, memory_plan: Pl
     if lowered.accel_kernels:
         out += ["", "/* Accelerator drivers report failures here (mtvg/accel.h). */",
                 "int32_t mtvg_accel_failed(void);", "void mtvg_accel_clear(void);"]
+    mark = f"{prefix.upper()}MARK"
+    out += ["", f"/* Built with {profile_macro(module)} defined, the run function reads the "
+            "timer before its first call and after each (run --profile). */",
+            f"#ifdef {profile_macro(module)}",
+            f"void {PROFILE_MARK_FUNCTION}(uint32_t point);",
+            f"#define {mark}(point) {PROFILE_MARK_FUNCTION}(point)",
+            "#else",
+            f"#define {mark}(point)",
+            "#endif"]
     out.append("")
     out += [f"extern const uint8_t {name}[{program.tensors[tid].nbytes}];"
             for tid, name in const_names.items()]

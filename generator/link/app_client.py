@@ -20,6 +20,7 @@ CMD_RUN, CMD_DONE = b"R", b"D"
 CMD_OUTPUT, CMD_OUTPUT_DATA = b"O", b"o"
 CMD_COUNTERS, CMD_COUNTERS_TEXT = b"K", b"k"
 CMD_QUIT = b"Q"
+CMD_PROFILE, CMD_PROFILE_DATA = b"P", b"p"
 INPUT_CHUNK = DEVICE_MAX_PAYLOAD - 6
 OUTPUT_CHUNK = DEVICE_MAX_PAYLOAD - 1
 # The hello request is sent again while no answer comes (a device still booting, a port
@@ -160,6 +161,21 @@ class AppClient:
             if len(parts) == 3 and parts[2].isdigit():
                 out.setdefault(parts[0], {})[parts[1]] = int(parts[2])
         return out
+
+    def profile(self) -> list[int]:
+        """The timer at each mark of the last run (point 0 before the first call, point k
+        after call k); a firmware built without profiling answers with an error."""
+        ticks: list[int] = []
+        while True:
+            self.device.write(encode_frame(CMD_PROFILE + struct.pack("<I", len(ticks))))
+            body = self._expect(CMD_PROFILE_DATA)
+            marked, first = struct.unpack_from("<II", body)
+            values = body[8:]
+            if first != len(ticks) or len(values) % 8 or (not values and first < marked):
+                raise DeviceError("the device's profile reply is malformed")
+            ticks += [v for (v,) in struct.iter_unpack("<Q", values)]
+            if len(ticks) >= marked:
+                return ticks[:marked]
 
     def get_output(self, index: int, size: int) -> bytes:
         parts = []

@@ -21,6 +21,17 @@ def external_pool_macro(module: str) -> str:
     return f"TVMGEN_{module.upper()}_EXTERNAL_POOL"
 
 
+def profile_macro(module: str) -> str:
+    """MLF v8 (our exporter): the macro that makes the run function mark the timer before
+    its first call and after each (`mtvg_profile_mark(point)`, point 0 .. calls); without
+    it the marks compile to nothing."""
+    return f"TVMGEN_{module.upper()}_PROFILE"
+
+
+# What the run function calls at each mark (the firmware defines it: `run --profile`).
+PROFILE_MARK_FUNCTION = "mtvg_profile_mark"
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """One model input or output."""

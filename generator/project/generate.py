@@ -43,6 +43,7 @@ from generator.project.libraries import (
 from generator.project.placement import Placement, linker_files, parse_request
 from generator.project.placement import place as place_memory
 from generator.project.ports import port_files
+from generator.project.profiling import profile_definitions, profile_points
 from generator.project.record import MODEL_COPY, PROJECT_FILE, new_record, record_bytes
 from generator.project.sizing import (
     HOST_DRIVEN,
@@ -106,13 +107,16 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
              werror: bool = True,
              extra_files_tar: Path | None = None,
              template: Path | None = None,
-             place: str | None = None) -> GeneratedProject:
+             place: str | None = None,
+             profile: bool = False) -> GeneratedProject:
     """Render a project. The Project API's options arrive as `extra_definitions` (checked
     NAME → VALUE), `werror` for our code, and a tar of extra files (plain names, never
     replacing a generated file). `template`: a template directory (default: templates/crt);
     its template.json names the back-end that knows its boards (generator/project/backend.py).
     `place`: which memory regions hold the model's activations, scratch, weights and code
-    ('activations=DTCM,weights=DDR' or 'auto'; generator/project/placement.py)."""
+    ('activations=DTCM,weights=DDR' or 'auto'; generator/project/placement.py).
+    `profile`: the firmware records the timer at each call of the run function (run
+    --profile; generator/project/profiling.py)."""
     template_dir = template if template is not None else templates_dir() / BASE_TEMPLATE
     spec = backend_spec(template_dir)
     backend = backend_named(spec)
@@ -132,12 +136,13 @@ def generate(archive_path: Path, board_name: str, out_dir: Path, force: bool = F
         module, board, str(archive_path), None if backend.accelerator_drivers else backend.title,
         {"cmsis-nn": {"path": str(cmsis_nn)}} if cmsis_nn else None)
     placement = _placement(place, board, module, kind)
+    points = profile_points(module, files, kind, str(archive_path)) if profile else None
     check_target_dir(out_dir, force)
 
     extra = read_extra_files(extra_files_tar) if extra_files_tar else {}
     rendered = _render_files(archive, files, module, board, archive_path, kind, libraries,
                              extra_definitions or {}, werror, template_dir, spec, backend,
-                             target, accelerators, placement)
+                             target, accelerators, placement, points)
     rendered.update(_project_api_files(archive_path, template))
     clash = sorted(set(extra) & set(rendered))
     if clash:
@@ -209,7 +214,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
                   extra_definitions: dict[str, str], werror: bool, template: Path,
                   spec: str, backend: TemplateBackend, target: TemplateBoard,
                   accelerators: list[AcceleratorBuild],
-                  placement: Placement | None = None) -> dict[str, bytes]:
+                  placement: Placement | None = None,
+                  profile_points: int | None = None) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     if placement is not None:
         board = placement.board  # its RAM window less the regions taken from it
@@ -257,6 +263,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         compile_definitions, graph_context = _graph_context(files, module)
     if placement is not None:
         compile_definitions["MTVG_PLACED_MEMORY"] = 1  # the reset code walks its tables
+    if profile_points is not None:
+        compile_definitions.update(profile_definitions(module, profile_points))
     pool = rpc_pool_bytes(board)
     if host_driven:
         compile_definitions = {"MTVG_LINK_MAX_PAYLOAD": host_driven_payload(board),
@@ -319,6 +327,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
     sections = dict(target.record)
     if placement is not None:
         sections["placement"] = placement.record()
+    if profile_points is not None:
+        sections["profile"] = {"points": profile_points}
     out[PROJECT_FILE] = record_bytes(new_record(
         spec, board, archive, archive_path.name, module, project_type, accelerators,
         headers.record() if module.abi is not None else None, sections))

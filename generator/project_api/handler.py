@@ -63,6 +63,8 @@ def project_options(boards: list[str]) -> list[ProjectOption]:
         ProjectOption("place", "str", "memory regions of the board for the model: "
                       "ITEM=REGION pairs (activations, scratch, weights, code) separated by "
                       "',', or 'auto'", optional=GEN),
+        ProjectOption("profile", "bool", "the firmware records the timer at each call of the "
+                      "model's run function, for run --profile", optional=GEN, default=False),
         ProjectOption("force", "bool", "replace the contents of an existing non-empty project "
                       "directory", optional=GEN, default=False),
         ProjectOption("sanitize", "bool", "host board: build with AddressSanitizer and UBSan "
@@ -156,7 +158,7 @@ class ProjectServer:
                  werror=opts.get("warning_as_error") is not False,
                  extra_files_tar=Path(opts["extra_files_tar"])
                  if opts.get("extra_files_tar") else None,
-                 place=opts.get("place"))
+                 place=opts.get("place"), profile=bool(opts.get("profile")))
         return None
 
     def build(self, options: dict) -> None:

@@ -11,6 +11,9 @@
  *   host -> device  'R'                  -> 'D' status ticks hz peak errors message
  *   host -> device  'O' idx offset len   -> 'o' data    (read part of an output)
  *   host -> device  'K'                  -> 'k' text  (accelerator counters after a run)
+ *   host -> device  'P' first(u32)       -> 'p' marked(u32) first(u32) ticks(u64)...
+ *                   (the timer at the run function's marks of the last run, from point
+ *                   `first` on, as many as the frame holds; built with `generate --profile`)
  *   host -> device  'Q' status           -> (exit with that status)
  *   device -> host  'E' message          (a request the device could not honour)
  */
@@ -35,6 +38,8 @@
 #define CMD_COUNTERS 'K'
 #define CMD_COUNTERS_TEXT 'k'
 #define CMD_ERROR 'E'
+#define CMD_PROFILE 'P'
+#define CMD_PROFILE_DATA 'p'
 
 static uint8_t rx[MTVG_LINK_MAX_PAYLOAD];
 static uint8_t tx[MTVG_LINK_MAX_PAYLOAD];
@@ -133,8 +138,52 @@ static void handle_output(int32_t len) {
   (void)mtvg_frame_send(tx, count + 1);
 }
 
+#ifdef MTVG_PROFILE_POINTS
+/* The timer at each mark of the run function (generate --profile): point 0 before its
+ * first call, point k after call k. MTVG_PROFILE_POINTS = calls + 1. */
+static uint64_t profile_ticks[MTVG_PROFILE_POINTS];
+static uint32_t profile_marked; /* points marked since the run began */
+
+void mtvg_profile_mark(uint32_t point);
+void mtvg_profile_mark(uint32_t point) {
+  if (point < MTVG_PROFILE_POINTS) {
+    profile_ticks[point] = mtvg_timer_ticks();
+    if (point >= profile_marked) {
+      profile_marked = point + 1u;
+    }
+  }
+}
+
+/* 'P' first(u32) */
+static void handle_profile(int32_t len) {
+  if (len != 5) {
+    send_error("bad profile request");
+    return;
+  }
+  uint32_t first = get_u32(rx + 1);
+  size_t n = 0;
+  tx[n++] = CMD_PROFILE_DATA;
+  put_u32(tx + n, profile_marked);
+  n += 4;
+  put_u32(tx + n, first);
+  n += 4;
+  for (uint32_t p = first; p < profile_marked && n + 8 <= sizeof(tx); p++, n += 8) {
+    put_u64(tx + n, profile_ticks[p]);
+  }
+  (void)mtvg_frame_send(tx, n);
+}
+#else
+static void handle_profile(int32_t len) {
+  (void)len;
+  send_error("this firmware was built without profiling (generate --profile)");
+}
+#endif
+
 static void handle_run(void) {
   TVMAPISetLastError("");
+#ifdef MTVG_PROFILE_POINTS
+  profile_marked = 0;
+#endif
   mtvg_timer_align(); /* the same tick count on every run under QEMU -icount */
   uint64_t start = mtvg_timer_ticks();
   int32_t status = mtvg_model_run();
@@ -225,6 +274,9 @@ int main(void) {
         break;
       case CMD_COUNTERS:
         handle_counters();
+        break;
+      case CMD_PROFILE:
+        handle_profile(len);
         break;
       case CMD_QUIT:
         mtvg_platform_exit(len >= 5 ? (int)get_u32(rx + 1) : MTVG_EXIT_OK);

@@ -1,0 +1,220 @@
+"""Where every byte of a linked firmware goes: each region of the board, the ELF sections in
+it, and the blocks (weights, each kernel's code, runtime, libc, activations, I/O, stack) the
+linker map attributes those sections' bytes to.
+
+The blocks of a region add up to exactly the bytes of the ELF's sections in it (a section
+stored in one region and run from another, like .data, counts in both: its image in the
+first, its bytes in the second); the stack reservation is added as its own block."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from generator.boards import Board
+from generator.elfsize import ElfSection, ElfSymbol
+from generator.report.linkmap import FILL, OutputSection
+from generator.report.model import Block, RegionUse
+
+# Where the project's own objects come from (CMake object paths keep the source's path).
+_MODEL_DIR = "/model/src/"
+_SOURCE_DIRS = (("/runtime/src/", "runtime", "runtime"), ("/app/", "app", "application"),
+                ("/platform/", "app", "platform"), ("/accel/", "accelerator", "accelerator"))
+_IO_SYMBOL = re.compile(r"^(input|output)_\d+$")
+_ARENA_SYMBOLS = ("workspace_arena", "graph_storage")
+STACK_TOP, STACK_LIMIT = "__stack_top__", "__stack_limit__"
+PADDING = "alignment padding"
+
+
+@dataclass(frozen=True)
+class _Span:
+    """Bytes of one section attributed to one origin."""
+
+    addr: int
+    size: int
+    category: str
+    label: str
+    source: str  # file (or symbol) it came from, for the block's detail
+
+
+def regions_of(board: Board) -> list[RegionUse]:
+    """The board's memories: FLASH and RAM from its board file, then its [[regions]]; a host
+    program gets one region of no fixed size."""
+    if board.is_native or board.ram_origin is None:
+        return [RegionUse("memory", "host", 0, None)]
+    out = []
+    if board.flash_origin is not None or board.flash_bytes is not None:
+        out.append(RegionUse("FLASH", "flash", board.flash_origin or 0, board.flash_bytes))
+    out.append(RegionUse("RAM", "ram", board.ram_origin, board.ram_bytes))
+    out += [RegionUse(r.name, r.kind, r.origin, r.size) for r in board.regions]
+    return out
+
+
+def memory_use(board: Board, sections: list[ElfSection], link_map: list[OutputSection],
+               symbols: list[ElfSymbol], module: str) -> list[RegionUse]:
+    """The regions of `board` with the blocks that fill them."""
+    regions = regions_of(board)
+    by_name = {s.name: s for s in link_map}
+    kernels = _kernel_symbols(symbols, module)
+    spans: dict[str, list[_Span]] = defaultdict(list)
+    for section in sections:
+        if not section.allocated or section.size == 0:
+            continue
+        mapped = by_name.get(section.name)
+        pieces = _attribute(section, mapped, kernels, symbols)
+        places = [section.addr]
+        if mapped is not None and mapped.load_addr not in (None, section.addr):
+            places.append(mapped.load_addr)  # stored in one region, runs from another
+        for n, place in enumerate(places):
+            region = _region_at(regions, place)
+            suffix = "" if n == 0 else " (load image)"
+            region.sections[section.name + suffix] = section.size
+            spans[region.name] += [_Span(s.addr - section.addr + place, s.size, s.category,
+                                         s.label, s.source) for s in pieces]
+    for region in regions:
+        region.blocks = _blocks(spans[region.name])
+    _add_stack(regions, symbols)
+    return regions
+
+
+def _region_at(regions: list[RegionUse], addr: int) -> RegionUse:
+    for region in regions:
+        if region.size is None or region.origin <= addr < region.origin + region.size:
+            return region
+    # Outside every region the board declares: shown as its own region.
+    stray = RegionUse(f"0x{addr:08x}", "other", addr, None)
+    regions.append(stray)
+    return stray
+
+
+def _kernel_symbols(symbols: list[ElfSymbol], module: str) -> dict[str, str]:
+    """Function symbol → kernel name, for the model's functions other than its run function."""
+    prefix = f"tvmgen_{module}_"
+    return {s.name: s.name[len(prefix):] for s in symbols
+            if s.kind == "func" and s.name.startswith(prefix) and s.name != f"{prefix}run"}
+
+
+def _attribute(section: ElfSection, mapped: OutputSection | None, kernels: dict[str, str],
+               symbols: list[ElfSymbol]) -> list[_Span]:
+    """The section's bytes split by origin; what no input section covers is padding."""
+    end = section.addr + section.size
+    out: list[_Span] = []
+    cursor = section.addr
+    pieces = sorted(mapped.pieces, key=lambda p: p.addr) if mapped is not None else []
+    for piece in pieces:
+        start, stop = max(piece.addr, cursor), min(piece.addr + piece.size, end)
+        if stop <= start:
+            continue
+        if start > cursor:
+            out.append(_Span(cursor, start - cursor, "other", PADDING, "linker"))
+        out += _classify(section, piece.name, piece.source, start, stop - start, kernels,
+                         symbols)
+        cursor = stop
+    if cursor < end:
+        label = PADDING if mapped is not None else section.name
+        out.append(_Span(cursor, end - cursor, "other", label, "linker"))
+    return out
+
+
+def _classify(section: ElfSection, name: str, source: str, addr: int, size: int,
+              kernels: dict[str, str], symbols: list[ElfSymbol]) -> list[_Span]:
+    if source == FILL:
+        return [_Span(addr, size, "other", PADDING, "linker")]
+    path = "/" + source.replace("\\", "/")
+    short = PurePosixPath(source.split("(")[-1].rstrip(")")).name.replace(".obj", "")
+    if _MODEL_DIR in path:
+        return _model_spans(section, name, addr, size, short, kernels, symbols)
+    if "/app/" in path and (section.nobits or section.writable):
+        return _app_data_spans(addr, size, short, symbols)
+    for marker, category, label in _SOURCE_DIRS:
+        if marker in path:
+            return [_Span(addr, size, category, label, short)]
+    if "libcmsis_nn.a" in path or "/cmsis_nn.dir/" in path:
+        return [_Span(addr, size, "accelerator", "CMSIS-NN", short)]
+    return [_Span(addr, size, "startup-libc", "C library and start-up", short)]
+
+
+def _model_spans(section: ElfSection, name: str, addr: int, size: int, short: str,
+                 kernels: dict[str, str], symbols: list[ElfSymbol]) -> list[_Span]:
+    """The archive's code: kernels by their function symbols; constants; its pool."""
+    if section.nobits or (section.writable and not name.startswith(".rodata")):
+        return [_Span(addr, size, "activations", "activations", short)]
+    if not name.startswith(".text"):
+        return [_Span(addr, size, "weights", "weights", short)]
+    out, cursor, end = [], addr, addr + size
+    for sym in sorted((s for s in symbols if s.name in kernels and addr <= s.value < end),
+                      key=lambda s: s.value):
+        if sym.value > cursor:
+            out.append(_Span(cursor, sym.value - cursor, "model-code", "model code", short))
+        stop = min(end, sym.value + max(sym.size, 1))
+        out.append(_Span(sym.value, stop - sym.value, "kernel-code", kernels[sym.name],
+                         sym.name))
+        cursor = max(cursor, stop)
+    if cursor < end:
+        out.append(_Span(cursor, end - cursor, "model-code", "model code", short))
+    return out
+
+
+def _app_data_spans(addr: int, size: int, short: str,
+                    symbols: list[ElfSymbol]) -> list[_Span]:
+    """The application's data: its input and output buffers and the runtime's workspace
+    arena (by their symbols) apart from the rest."""
+    out, cursor, end = [], addr, addr + size
+    named = sorted((s for s in symbols if s.kind == "object" and addr <= s.value < end
+                    and (_IO_SYMBOL.match(s.name) or s.name in _ARENA_SYMBOLS)),
+                   key=lambda s: s.value)
+    for sym in named:
+        if sym.value > cursor:
+            out.append(_Span(cursor, sym.value - cursor, "app", "application", short))
+        stop = min(end, sym.value + sym.size)
+        if stop > sym.value:
+            io = bool(_IO_SYMBOL.match(sym.name))
+            out.append(_Span(sym.value, stop - sym.value, "io" if io else "activations",
+                             "I/O buffers" if io else "workspace arena", sym.name))
+        cursor = max(cursor, stop)
+    if cursor < end:
+        out.append(_Span(cursor, end - cursor, "app", "application", short))
+    return out
+
+
+def _blocks(spans: list[_Span]) -> list[Block]:
+    """Spans merged by (category, label): one block per kind of bytes in the region."""
+    grouped: dict[tuple[str, str], list[_Span]] = defaultdict(list)
+    for span in spans:
+        grouped[(span.category, span.label)].append(span)
+    out = []
+    for (category, label), group in grouped.items():
+        by_source: dict[str, int] = defaultdict(int)
+        for span in group:
+            by_source[span.source] += span.size
+        top = sorted(by_source.items(), key=lambda kv: -kv[1])
+        detail = ", ".join(f"{src} {n:,} B" for src, n in top[:6])
+        if len(top) > 6:
+            detail += f", {len(top) - 6} more"
+        out.append(Block(label, category, sum(s.size for s in group),
+                         min(s.addr for s in group), detail))
+    return sorted(out, key=lambda b: (b.address if b.address is not None else 0, b.label))
+
+
+def _add_stack(regions: list[RegionUse], symbols: list[ElfSymbol]) -> None:
+    """The stack the linker script reserves (between its limit and top symbols)."""
+    values = {s.name: s.value for s in symbols if s.name in (STACK_TOP, STACK_LIMIT)}
+    if len(values) != 2 or values[STACK_TOP] <= values[STACK_LIMIT]:
+        return
+    limit = values[STACK_LIMIT]
+    for region in regions:
+        if region.size is not None and region.origin <= limit < region.origin + region.size:
+            region.blocks.append(Block("stack", "stack", values[STACK_TOP] - limit, limit,
+                                       "reserved by the linker script (MTVG_STACK_SIZE)"))
+            return
+
+
+def stack_reservation(symbols: list[ElfSymbol]) -> int | None:
+    values = {s.name: s.value for s in symbols if s.name in (STACK_TOP, STACK_LIMIT)}
+    if len(values) != 2:
+        return None
+    return values[STACK_TOP] - values[STACK_LIMIT]
+
+
