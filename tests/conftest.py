@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import inspect
 import os
 import shutil
@@ -256,6 +258,46 @@ def operators_archive(tmp_path_factory) -> Path:
     dest = tmp_path_factory.mktemp("ops") / "ops.tar"
     export_operators(host_driven_operators(), dest, module="ops")
     return dest
+
+
+def exported_once(tmp_path_factory, model: Path) -> Path:
+    """`model` exported with the defaults once for the whole run: the xdist workers share
+    the archive (a lock file keeps a second worker waiting while the first exports)."""
+    from generator.export import export_model
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's folder, above each worker's own
+    folder = base / "once"
+    folder.mkdir(exist_ok=True)
+    key = f"{model.stem}-{hashlib.sha256(str(model.resolve()).encode()).hexdigest()[:8]}"
+    dest = folder / f"{key}.tar"
+    with open(folder / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not dest.exists():
+            export_model(model, folder / f"{key}.partial.tar")
+            (folder / f"{key}.partial.tar").rename(dest)
+    return dest
+
+
+def built_once(tmp_path_factory, model: Path, board: str) -> Path:
+    """`model` (exported once) generated and built for `board` once for the whole run, shared
+    by the xdist workers. Tests that share it only read it (report, run a copy of the ELF)."""
+    from generator.build import build
+    from generator.project.generate import generate
+
+    require_board_tools(board)
+    archive = exported_once(tmp_path_factory, model)
+    folder = archive.parent
+    project = folder / f"{archive.stem}-{board}"
+    with open(folder / f"{archive.stem}-{board}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = folder / f"{archive.stem}-{board}.built"
+        if not done.exists():
+            generate(archive, board, project, force=True)
+            build(project)
+            done.touch()
+    return project
 
 
 def host_driven_project(archive_path: Path, board: str, out: Path, sanitize: bool = False) -> Path:

@@ -20,13 +20,12 @@ from generator.boards import load_board
 from generator.build import build
 from generator.cli import main
 from generator.device.links import QemuSocket, link_named
-from generator.export import export_model
 from generator.link.app_client import AppClient
 from generator.link.framing import encode_frame
 from generator.project.generate import generate
 from generator.resources import ROOT_ENV
 from generator.run import run_project
-from tests.conftest import REPO, require_board_tools
+from tests.conftest import REPO, exported_once, require_board_tools
 
 BOARD = "qemu-mps2-an385"
 LATE = "qemu-mps2-an385-late"  # the same board, its UART on a socket (written below)
@@ -42,7 +41,7 @@ def project(tmp_path_factory) -> tuple[Path, list[bytes]]:
     """kws for the AN385, built, and what `run` gives over QEMU's stdio for two inputs."""
     require_board_tools(BOARD)
     root = tmp_path_factory.mktemp("handshake")
-    archive = export_model(MODEL, root / "kws.tar").path
+    archive = exported_once(tmp_path_factory, MODEL)
     proj = root / "p"
     generate(archive, BOARD, proj)
     report = run_project(proj, [{"input_1": _inputs(1)}, {"input_1": _inputs(2)}])

@@ -16,12 +16,11 @@ from generator.boards import load_board
 from generator.build import build
 from generator.cli import main
 from generator.errors import ProjectError
-from generator.export import export_model
 from generator.mlf.reader import load_mlf
 from generator.project.generate import generate
 from generator.project.placement import linker_files, parse_request, place
 from generator.run import run_project
-from tests.conftest import REPO, SHARED, require_board_tools
+from tests.conftest import REPO, SHARED, exported_once, require_board_tools
 
 KWS = REPO / "tests" / "fixtures" / "models" / "mlperftiny_kws" / "kws_ref_model.tflite"
 AN547 = "qemu-mps3-an547"
@@ -31,7 +30,7 @@ CMSIS_NN = SHARED / "third_party" / "CMSIS-NN"
 @pytest.fixture(scope="module")
 def kws(tmp_path_factory) -> Path:
     """kws exported for the generic C kernels (whatever CMSIS_NN_PATH says)."""
-    return export_model(KWS, tmp_path_factory.mktemp("place") / "kws.tar").path
+    return exported_once(tmp_path_factory, KWS)
 
 
 def _module(archive: Path):

@@ -16,10 +16,15 @@ import pytest
 from generator.build import build
 from generator.cli import main
 from generator.elfsize import elf_symbols
-from generator.export import export_model
 from generator.export.operators import export_model_operators
 from generator.project.generate import generate
-from tests.conftest import REPO, archive, host_driven_project, require_board_tools
+from tests.conftest import (
+    REPO,
+    archive,
+    exported_once,
+    host_driven_project,
+    require_board_tools,
+)
 
 KWS = REPO / "tests" / "fixtures" / "models" / "mlperftiny_kws" / "kws_ref_model.tflite"
 QEMU = "qemu-mps2-an385"
@@ -31,7 +36,7 @@ BIG_KERNEL = 100_000  # instructions: the wrapper is under 0.1 % of these
 
 @pytest.fixture(scope="module")
 def kws(tmp_path_factory) -> Path:
-    return export_model(KWS, tmp_path_factory.mktemp("profile") / "kws.tar").path
+    return exported_once(tmp_path_factory, KWS)
 
 
 @pytest.fixture(scope="module")

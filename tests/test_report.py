@@ -11,12 +11,10 @@ from pathlib import Path
 import pytest
 
 from generator.boards import load_board
-from generator.build import build
 from generator.cli import main
-from generator.export import export_model
 from generator.project.generate import generate
 from generator.report.linkmap import FILL, read_map
-from tests.conftest import REPO, require_board_tools
+from tests.conftest import REPO, built_once, exported_once
 
 KWS = REPO / "tests" / "fixtures" / "models" / "mlperftiny_kws" / "kws_ref_model.tflite"
 MNIST = REPO / "examples" / "mnist" / "mnist-8.onnx"
@@ -26,26 +24,14 @@ BOARDS = ("qemu-mps2-an385", "host")
 
 @pytest.fixture(scope="module")
 def archives(tmp_path_factory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("report")
-    found = {}
-    for name, model in MODELS.items():
-        if model.is_file():
-            found[name] = export_model(model, out / f"{name}.tar").path
-    return found
+    return {name: exported_once(tmp_path_factory, model) for name, model in MODELS.items()
+            if model.is_file()}
 
 
 @pytest.fixture(scope="module")
 def built(archives, tmp_path_factory) -> dict[tuple[str, str], Path]:
-    out = tmp_path_factory.mktemp("report-projects")
-    projects = {}
-    for board in BOARDS:
-        require_board_tools(board)
-        for name, archive in archives.items():
-            project = out / f"{name}-{board}"
-            generate(archive, board, project)
-            build(project)
-            projects[(name, board)] = project
-    return projects
+    return {(name, board): built_once(tmp_path_factory, MODELS[name], board)
+            for board in BOARDS for name in archives}
 
 
 def _report(project: Path, capsys, *extra: str) -> dict:

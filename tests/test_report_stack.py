@@ -28,7 +28,7 @@ from generator.report.stack import (
     stack_bound,
     su_frame_of,
 )
-from tests.conftest import REPO, require_board_tools
+from tests.conftest import REPO, built_once, require_board_tools
 
 # ---- a small program with every case, compiled for each architecture ----------------------
 
@@ -216,33 +216,12 @@ MODELS = {"kws": REPO / "tests" / "fixtures" / "models" / "mlperftiny_kws" /
           "kws_ref_model.tflite",
           "mnist": REPO / "examples" / "mnist" / "mnist-8.onnx"}
 QEMU_BOARD = "qemu-mps2-an385"
-CORTEX_M3_EXCEPTION_FRAME = 32  # r0-r3, r12, lr, pc, xPSR (no FP context)
 PAINT = bytes([0xA5, 0x5A, 0xC3, 0x3C])  # a word no code writes by chance
 MAX_RATIO = 2.0
 
 
-@pytest.fixture(scope="module")
-def archives(tmp_path_factory):
-    """model -> its MLF archive, exported on first use."""
-    from generator.export import export_model
-
-    made: dict[str, Path] = {}
-    folder = tmp_path_factory.mktemp("stack-archives")
-
-    def archive(model: str) -> Path:
-        if model not in made:
-            made[model] = export_model(MODELS[model], folder / f"{model}.tar").path
-        return made[model]
-
-    return archive
-
-
-def _project(archives, tmp_path_factory, model: str, board: str) -> Path:
-    from generator.project.generate import generate
-
-    out = tmp_path_factory.mktemp("stack-project") / f"{model}-{board}"
-    generate(archives(model), board, out)
-    return out
+def _project(tmp_path_factory, model: str, board: str) -> Path:
+    return built_once(tmp_path_factory, MODELS[model], board)
 
 
 def _sample(project: Path) -> list[bytes]:
@@ -331,18 +310,14 @@ def qemu_stack_use(project: Path, work: Path) -> int:
 
 
 @pytest.mark.parametrize("model", list(MODELS))
-def test_qemu_bound_covers_a_painted_run(archives, tmp_path_factory, tmp_path, model):
-    from generator.build import build
+def test_qemu_bound_covers_a_painted_run(tmp_path_factory, tmp_path, model):
+    """The bound `report` gives (its roots, the vector table's handlers, the frame)."""
+    from generator.report.report import project_report
 
     require_board_tools(QEMU_BOARD)
-    project = _project(archives, tmp_path_factory, model, QEMU_BOARD)
-    build(project)
-    elf = project / "build" / "firmware.elf"
-    handlers = cortex_m_handlers(elf)
-    assert "SysTick_Handler" in handlers
-    su = sorted((project / "build" / "CMakeFiles").rglob("*.su"))
-    found = stack_bound(elf, "arm-none-eabi-objdump", su, ["Reset_Handler"], handlers,
-                        CORTEX_M3_EXCEPTION_FRAME, 65536)
+    project = _project(tmp_path_factory, model, QEMU_BOARD)
+    assert "SysTick_Handler" in cortex_m_handlers(project / "build" / "firmware.elf")
+    found = project_report(project).stack
     used = qemu_stack_use(project, tmp_path)
     print(f"{model} on {QEMU_BOARD}: bound {found.bound_bytes} B, painted run used {used} B; "
           f"path {' > '.join(found.path)}; {found.reason}")
@@ -428,9 +403,9 @@ def host_harness(project: Path, work: Path) -> tuple[Path, list[Path]]:
 
 
 @pytest.mark.parametrize("model", list(MODELS))
-def test_host_bound_covers_a_painted_run(archives, tmp_path_factory, tmp_path, model):
+def test_host_bound_covers_a_painted_run(tmp_path_factory, tmp_path, model):
     require_board_tools("host")
-    project = _project(archives, tmp_path_factory, model, "host")
+    project = _project(tmp_path_factory, model, "host")
     program, su = host_harness(project, tmp_path)
     run = subprocess.run([str(program)], capture_output=True, text=True, check=True, timeout=60)
     status, used = map(int, run.stdout.split())

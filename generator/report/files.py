@@ -28,6 +28,12 @@ def write_pictures(report: dict, html: Path | None, svg: Path | None) -> list[Pa
     return written
 
 
+def _umask() -> int:
+    mask = os.umask(0o22)
+    os.umask(mask)
+    return mask
+
+
 def _write(path: Path, text: str) -> Path:
     """Through a temporary file in the same folder, renamed into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -35,6 +41,7 @@ def _write(path: Path, text: str) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # as open() would have made it
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

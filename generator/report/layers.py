@@ -3,11 +3,26 @@ exporter since MLF v8 archives carry it): what each call computes, reads and wri
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from generator.elfsize import ElfSymbol
 from generator.errors import InputError
 from generator.report.model import Layer, TensorUse
 
 _KINDS = ("input", "output", "constant", "activation")
+METADATA = Path("model") / "metadata.json"  # a project's copy of the archive's metadata
+
+
+def module_metadata(path: Path, module: str) -> dict:
+    """One module's entry of a metadata.json ({} when it cannot be read)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    modules = data.get("modules") if isinstance(data, dict) else None
+    info = modules.get(module) if isinstance(modules, dict) else None
+    return info if isinstance(info, dict) else {}
 
 
 def layers_of(module_info: dict, module: str, symbols: list[ElfSymbol] | None = None,

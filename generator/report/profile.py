@@ -7,8 +7,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from generator.report.layers import layers_of
-from generator.report.report import METADATA, _module_metadata
+from generator.report.layers import METADATA, layers_of, module_metadata
 from generator.toolchain import BUILD_DIR, FIRMWARE
 
 PROFILE_FILE = "profile.json"
@@ -32,7 +31,7 @@ class CallTime:
 
 def call_times(project_dir: Path, module: str, counts: list[int]) -> list[CallTime]:
     """Each call's time with its layer's kernel and MACs (from the archive's metadata)."""
-    layers = layers_of(_module_metadata(project_dir / METADATA, module), module)
+    layers = layers_of(module_metadata(project_dir / METADATA, module), module)
     total = sum(counts) or 1
     out = []
     for i, count in enumerate(counts):

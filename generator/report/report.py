@@ -4,7 +4,6 @@ archive's metadata."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,15 +12,15 @@ from generator.build import board_ram
 from generator.elfsize import elf_sections, elf_size, elf_symbols
 from generator.errors import InputError, ProjectError
 from generator.project.record import load_record
-from generator.report.layers import layers_of
+from generator.report.layers import METADATA, layers_of, module_metadata
 from generator.report.linkmap import read_map
 from generator.report.memory import memory_use, stack_reservation
 from generator.report.model import Layer, RegionUse, StackBound
+from generator.report.profile import load_profile
 from generator.toolchain import BUILD_DIR
 
 FIRMWARE = "firmware.elf"
 LINK_MAP = "firmware.map"
-METADATA = Path("model") / "metadata.json"
 # Bytes a Cortex-M core pushes on exception entry: the basic frame, and with the FP context,
 # each with the 4 bytes of alignment padding the core may add to keep the stack 8-aligned.
 FRAME_BYTES, FRAME_BYTES_FP = 36, 108
@@ -76,7 +75,7 @@ def project_report(project_dir: Path) -> Report:
     module = record.data["module"]["name"]
     sections, symbols = elf_sections(elf), elf_symbols(elf)
     regions = memory_use(record.board, sections, read_map(link_map), symbols, module)
-    metadata = _module_metadata(record.directory / METADATA, module)
+    metadata = module_metadata(record.directory / METADATA, module)
     layers = layers_of(metadata, module, symbols, str(METADATA))
     notes = _with_profile(record.directory, layers)
     if not layers:
@@ -90,8 +89,6 @@ def project_report(project_dir: Path) -> Report:
 
 def _with_profile(project_dir: Path, layers: list[Layer]) -> list[str]:
     """The last `run --profile` of this firmware, on its layers."""
-    from generator.report.profile import load_profile
-
     found = load_profile(project_dir)
     if found is None:
         return ["no profile of this build: run --profile adds each layer's time"] \
@@ -102,16 +99,6 @@ def _with_profile(project_dir: Path, layers: list[Layer]) -> list[str]:
         if isinstance(count, int) and isinstance(share, (int, float)):
             layer.profile = {unit: count, "share": float(share)}
     return []
-
-
-def _module_metadata(path: Path, module: str) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    modules = data.get("modules") if isinstance(data, dict) else None
-    info = modules.get(module) if isinstance(modules, dict) else None
-    return info if isinstance(info, dict) else {}
 
 
 def _stack(board: Board, elf: Path, build: Path, symbols, module: str) -> StackBound:

@@ -44,7 +44,8 @@ def _region_lines(region: RegionUse) -> list[str]:
         lines.append(f"  {block.label:<28} {block.category:<13} {block.bytes:>10,} B "
                      f"{100 * block.bytes / whole:5.1f} %")
     if small:
-        lines.append(f"  {len(small)} blocks under 0.1 % {'':<17} "
+        blocks = f"{len(small)} block{'s' if len(small) > 1 else ''}"
+        lines.append(f"  {blocks + ' under 0.1 %':<43}"
                      f"{sum(b.bytes for b in small):>10,} B")
     return lines
 
