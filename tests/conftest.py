@@ -493,6 +493,7 @@ MEASURED: dict[str, float] = {
     "test_tune.py::test_tune_on_qemu_mps2_an385_stopped_and_rerun_ends_with_the_same_best": 34,
     "test_accelerators.py::test_cmsis_nn_kws_and_hello_world_equal_tflite_micro": 29,
     "test_cmsis_nn_glue.py::test_cmsis_nn_kernels_bit_exact_in_qemu": 24,
+    "test_profile.py::test_calls_equal_time_evaluator_through_serve": 20,
     "test_corpus.py::test_what_export_writes_generate_reads": 20,
     "test_tune.py::test_a_candidate_that_hangs_is_failed_after_the_reply_timeout": 20,
     "test_cmsis_nn_glue.py::test_conv2d_bit_exact": 17,
@@ -531,6 +532,8 @@ MEASURED: dict[str, float] = {
     "test_real_archives.py::test_esp32_cifar10_usmp_frog": 5,
     "test_physical_boards.py::test_host_driven_project_builds": 5,
     "test_serve_trust.py::test_stale_handle_after_a_restart_gets_an_error": 5,
+    "test_profile.py::test_calls_add_up_to_the_inference": 5,
+    "test_report_stack.py::test_qemu_bound_covers_a_painted_run": 5,
 }
 SLOW_SECONDS = 20.0
 SLOW_FIXTURES = {"test_tuning_records.py::tuned_int8", "test_tuning_records.py::tuned_float",
