@@ -59,7 +59,7 @@ def test_esp32_cifar10_usmp_frog(tmp_path, board):
 # The SNU archive's tensors are 1.2 MB (two float inputs of 1x32x56x56, one output): in
 # QEMU they cross the link at the UART's pace (27 CPU s on qemu-riscv32, 50 on the MPS2
 # boards). The archive, not the board, is what this test is about: it runs on the host; the
-# graph executor with parameters runs in QEMU with the magic-wand archive (test_graph.py, every board).
+# graph executor with parameters runs in QEMU with the magic-wand archive (test_graph.py).
 SNU_BOARDS = ["host"]
 
 
