@@ -76,11 +76,18 @@ class Info(Command):
     def do_add_parser(self, parser):
         parser.add_argument("archive", type=Path, metavar="FILE",
                             help="the MLF archive, or a .tflite/.onnx model")
+        parser.add_argument("--memory", action="store_true",
+                            help="an archive's memory on a board (with --board), before "
+                                 "generate: weights, activations, I/O, stack, the layers; "
+                                 "the code is known after the link ('report')")
+        parser.add_argument("--board", help="the board for --memory (see 'boards')")
 
     def do_run(self, args):
         from generator.export.model_info import is_model_file
         from generator.mlf import read_mlf
 
+        if args.memory or args.board:
+            return self.memory_report(args)
         if is_model_file(args.archive):
             return self.model_report(args)
 
@@ -142,6 +149,25 @@ class Info(Command):
                           "own shapes are used")
                 for problem in g.problems:
                     print(f"  cannot  {problem}")
+        return EXIT_OK
+
+    def memory_report(self, args) -> int:
+        from generator.export.model_info import is_model_file
+        from generator.report.report import archive_report
+        from generator.report.text import report_lines
+
+        if not args.memory or not args.board:
+            raise InputError("--memory and --board go together (info --memory ARCHIVE "
+                             "--board BOARD)")
+        if is_model_file(args.archive):
+            raise InputError(f"info --memory: {args.archive} is a model file; export it first "
+                             "(microtvm-gen export MODEL -o ARCHIVE)")
+        report = archive_report(args.archive, args.board)
+        if args.json:
+            self.emit_json(report.to_json())
+        else:
+            for line in report_lines(report):
+                print(line)
         return EXIT_OK
 
     def model_report(self, args) -> int:

@@ -39,14 +39,14 @@ class _Section:
     entsize: int
 
 
-def _read_elf(path: Path) -> tuple[bytes, bool, str]:
+def read_elf(path: Path) -> tuple[bytes, bool, str]:
     blob = path.read_bytes()
     if blob[:4] != b"\x7fELF":
         raise ValueError(f"{path} is not an ELF file")
     return blob, blob[4] == 2, "<" if blob[5] == 1 else ">"
 
 
-def _sections(blob: bytes, is64: bool, endian: str) -> list[_Section]:
+def section_headers(blob: bytes, is64: bool, endian: str) -> list[_Section]:
     if is64:
         shoff, = struct.unpack_from(endian + "Q", blob, 0x28)
         shentsize, shnum = struct.unpack_from(endian + "HH", blob, 0x3A)
@@ -70,9 +70,9 @@ def elf_size(path: Path, ram: tuple[int, int] | None = None) -> SizeReport:
     and flash otherwise (what the linker script decided). Without it (host programs),
     writable sections count as data.
     """
-    blob, is64, endian = _read_elf(path)
+    blob, is64, endian = read_elf(path)
     text = data = bss = 0
-    for sec in _sections(blob, is64, endian):
+    for sec in section_headers(blob, is64, endian):
         if not sec.flags & SHF_ALLOC or sec.size == 0:
             continue
         in_ram = (ram[0] <= sec.addr < ram[0] + ram[1]) if ram else bool(sec.flags & SHF_WRITE)
@@ -86,26 +86,8 @@ def elf_size(path: Path, ram: tuple[int, int] | None = None) -> SizeReport:
 
 
 def symbol_sizes(path: Path, names: set[str]) -> dict[str, int]:
-    """Sizes of the named data symbols (local or global) in the ELF's symbol table."""
-    blob, is64, endian = _read_elf(path)
-    sections = _sections(blob, is64, endian)
-    found: dict[str, int] = {}
-    for sec in sections:
-        if sec.sh_type != SHT_SYMTAB or sec.entsize == 0 or sec.link >= len(sections):
-            continue
-        strtab = sections[sec.link]
-        for off in range(sec.offset, sec.offset + sec.size, sec.entsize):
-            if is64:
-                st_name, _info, _other, _shndx, _value, size = struct.unpack_from(
-                    endian + "IBBHQQ", blob, off)
-            else:
-                st_name, _value, size = struct.unpack_from(endian + "III", blob, off)
-            start = strtab.offset + st_name
-            end = blob.find(b"\0", start, strtab.offset + strtab.size)
-            name = blob[start:end].decode(errors="replace") if end >= 0 else ""
-            if name in names:
-                found[name] = size
-    return found
+    """Sizes of the named symbols (local or global) in the ELF's symbol table."""
+    return {s.name: s.size for s in elf_symbols(path) if s.name in names}
 
 
 SHT_DYNAMIC = 6
@@ -115,8 +97,8 @@ DT_NEEDED = 1
 
 def needed_libraries(path: Path) -> list[str]:
     """Shared libraries a dynamically linked ELF names (DT_NEEDED), in order."""
-    blob, is64, endian = _read_elf(path)
-    sections = _sections(blob, is64, endian)
+    blob, is64, endian = read_elf(path)
+    sections = section_headers(blob, is64, endian)
     fmt = endian + ("qQ" if is64 else "iI")
     step = struct.calcsize(fmt)
     needed: list[str] = []
@@ -165,8 +147,8 @@ def _string(blob: bytes, table: _Section, index: int) -> str:
 
 def elf_sections(path: Path) -> list[ElfSection]:
     """The ELF's sections with their names, in header order."""
-    blob, is64, endian = _read_elf(path)
-    sections = _sections(blob, is64, endian)
+    blob, is64, endian = read_elf(path)
+    sections = section_headers(blob, is64, endian)
     shstrndx, = struct.unpack_from(endian + "H", blob, 0x3E if is64 else 0x32)
     names = sections[shstrndx] if shstrndx < len(sections) else None
     out = []
@@ -193,8 +175,8 @@ def _section_header_offset(blob: bytes, is64: bool, endian: str, index: int) -> 
 
 def elf_symbols(path: Path) -> list[ElfSymbol]:
     """Every named symbol of the ELF's symbol table."""
-    blob, is64, endian = _read_elf(path)
-    sections = _sections(blob, is64, endian)
+    blob, is64, endian = read_elf(path)
+    sections = section_headers(blob, is64, endian)
     thumb = not is64 and struct.unpack_from(endian + "H", blob, 0x12)[0] == EM_ARM
     out = []
     for sec in sections:

@@ -99,11 +99,11 @@ def export(model: Path, dest: Path, *args: str) -> dict:
     return json.loads(buf.getvalue())
 
 
-def run_on(archive: Path, board: str, samples: list[dict], tmp: Path):
+def run_on(archive: Path, board: str, samples: list[dict], tmp: Path, profile: bool = False):
     require_board_tools(board)
     project = tmp / f"proj-{board}"
-    generate(archive, board, project)
-    return run_project(project, samples)
+    generate(archive, board, project, profile=profile)
+    return run_project(project, samples, profile=profile)
 
 
 # ---- discovery and --target ------------------------------------------------------------------
@@ -186,11 +186,19 @@ def test_kws_on_vanilla_bit_exact_with_tflite_micro(tmp_path):
     npu = export(KWS, tmp_path / "kws.tar", "--accelerator", "vanilla")
     assert npu["accelerators"][0]["operators"] == {"conv2d": 5, "dense": 1}
     report = run_on(tmp_path / "kws.tar", "qemu-mps2-an385",
-                    [{"input_1": x} for x in xs], tmp_path)
+                    [{"input_1": x} for x in xs], tmp_path, profile=True)
     got = [o["Identity"] for o in report.outputs]
     assert [g.tobytes() for g in got] == [w.tobytes() for w in tflm_outputs(KWS, xs)]
     assert [int(np.argmax(g)) for g in got] == expected
     assert all(c["vanilla"]["commands"] == 6 for c in report.counters)
+    # run --profile times the accelerator's calls like the kernels (a profiled build)
+    layers = json.loads((tmp_path / "proj-qemu-mps2-an385" / "model" / "metadata.json")
+                        .read_text())["modules"]["default"]["layers"]
+    on_npu = [i for i, la in enumerate(layers) if la["implementation"] == "accelerator:vanilla"]
+    assert len(on_npu) == 6 and all(la["macs"] for la in (layers[i] for i in on_npu))
+    for calls, timing in zip(report.profiles, report.timings, strict=True):
+        assert len(calls) == len(layers) and all(calls[i] > 0 for i in on_npu)
+        assert abs(sum(calls) - timing.count) <= 0.01 * timing.count
 
 
 def test_driver_error_fails_the_run_with_its_message(tmp_path, capsys):

@@ -47,6 +47,8 @@ RECORDS = {
     ("docs/tuning.md", "model | board | task"): "the same campaigns, per task",
     ("docs/fuzzing-archives.md", "part | archives"): "the 100,000-archive campaign",
     ("docs/fuzzing-archives.md", "command | runs"): "one part of that campaign",
+    ("docs/report.md", "firmware | bound"): "stack bounds against painted runs "
+                                             "(tests/test_report_stack.py prints them)",
 }
 REFERENCE = {
     ("README.md", "archive | executor"), ("README.md", "board | core (flags)"),
@@ -64,6 +66,7 @@ REFERENCE = {
     ("docs/runtime.md", "code | name"), ("docs/runtime.md", "range | belongs to"),
     ("docs/runtime.md", "item | provided as"), ("docs/security.md", "input | trusted?"),
     ("docs/zephyr.md", "field | meaning"), ("docs/zephyr.md", "Zephyr board | core"),
+    ("docs/report.md", "block | what it is"),
 }
 COMMIT = re.compile(r"\b[0-9a-f]{7,40}\b")
 

@@ -124,6 +124,8 @@ def test_profiled_run_and_report(work, exported, capsys):
     assert len(run["profile"]) == len(run["samples"][0]["profile"]) == 3
     report = cli_json(capsys, ["report", str(project), "--html", str(work / "r.html")])
     validate("report", report)
+    validate("report", cli_json(capsys, ["info", "--memory", str(work / "m.tar"), "--board",
+                                         "qemu-mps2-an385"]))
     assert all(layer["profile"] for layer in report["layers"])
 
 

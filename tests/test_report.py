@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -156,7 +157,11 @@ def test_refusals_are_one_line(built, tmp_path, capsys):
     project = _case(built, "kws", "qemu-mps2-an385")
     unbuilt = tmp_path / "unbuilt"
     generate(project / "model.tar", "qemu-mps2-an385", unbuilt)
+    broken = tmp_path / "broken"
+    shutil.copytree(project, broken, symlinks=True)
+    (broken / "build" / "firmware.elf").write_bytes(b"\x7fELF" + b"\0" * 20)
     cases = [
+        (["report", str(broken)], "not a readable ELF file"),
         (["report", str(unbuilt)], "not built yet"),
         (["report", str(tmp_path / "nothing")], "nothing"),
         (["report", str(project), "--html", str(project / "report.html")], "inside the input"),
@@ -214,3 +219,42 @@ def test_kernel_operators_are_read_from_names():
     assert kernel_operators("q_depthwise_conv2d") == ["depthwise_conv2d"]
     assert kernel_operators("max_pool2d1") == ["max_pool2d"]
     assert kernel_operators("our_own7") == ["our_own"]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_info_memory_before_generate(built, archives, capsys, name):
+    """The archive's own numbers equal what the linked firmware holds; the code is left to
+    the link, and said so."""
+    estimate = json.loads(_cli(capsys, ["info", "--memory", str(archives[name]), "--board",
+                                        "qemu-mps2-an385", "--json"]))
+    linked = _report(_case(built, name, "qemu-mps2-an385"), capsys)
+    assert estimate["estimate"] is True and linked["estimate"] is False
+
+    def blocks(report, category):
+        return sum(b["bytes"] for r in report["regions"] for b in r["blocks"]
+                   if b["category"] == category)
+
+    for category in ("weights", "activations", "io", "stack"):
+        assert blocks(estimate, category) == blocks(linked, category), category
+    strip = ("code_bytes", "profile")
+    assert [{k: v for k, v in la.items() if k not in strip} for la in estimate["layers"]] == \
+        [{k: v for k, v in la.items() if k not in strip} for la in linked["layers"]]
+    assert any("known after the link" in note for note in estimate["notes"])
+
+
+def test_info_memory_refusals(archives, capsys):
+    kws = str(archives["kws"])
+    for argv, words in ((["info", "--memory", kws], "--memory and --board go together"),
+                        (["info", kws, "--board", "host"], "--memory and --board go together"),
+                        (["info", "--memory", str(KWS), "--board", "host"], "export it first"),
+                        (["info", "--memory", kws, "--board", "nosuch"], "unknown board")):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
+
+
+def _cli(capsys, argv: list[str]) -> str:
+    capsys.readouterr()
+    assert main(argv) == 0
+    return capsys.readouterr().out

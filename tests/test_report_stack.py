@@ -1,4 +1,4 @@
-"""The stack bound (generator/report/stack.py): the .su and prologue parsers on code GCC
+"""The stack bound (generator/report/stack/): the .su and prologue parsers on code GCC
 compiles here for Thumb-2, RISC-V and x86-64; recursion, indirect calls and dynamic frames
 make it unbounded; and on real firmwares (kws, mnist) the bound covers the stack a painted
 run really used, within 2x: in QEMU (an385) and on the host.

@@ -20,7 +20,7 @@ def report_lines(report) -> list[str]:
            + (" - ESTIMATE: the link decides" if report.estimate else "")]
     for region in report.regions:
         out += _region_lines(region)
-    out.append(_stack_line(report.stack))
+    out.append(_stack_line(report.stack, report.estimate))
     out += _layer_lines(report.layers)
     out += [f"note     {n}" for n in report.notes]
     return out
@@ -50,9 +50,11 @@ def _region_lines(region: RegionUse) -> list[str]:
     return lines
 
 
-def _stack_line(stack: StackBound) -> str:
+def _stack_line(stack: StackBound, estimate: bool = False) -> str:
     reserved = (f" of {size_text(stack.reserved_bytes)} reserved"
                 if stack.reserved_bytes is not None else "")
+    if estimate:
+        return f"stack    the bound{reserved} is known after the link"
     if stack.bound_bytes is None:
         return f"stack    unbounded{reserved}: {stack.reason}"
     path = " > ".join(stack.path[:8]) + (" > ..." if len(stack.path) > 8 else "")
