@@ -532,7 +532,7 @@ MEASURED: dict[str, float] = {
     "test_real_archives.py::test_esp32_cifar10_usmp_frog": 5,
     "test_physical_boards.py::test_host_driven_project_builds": 5,
     "test_serve_trust.py::test_stale_handle_after_a_restart_gets_an_error": 5,
-    "test_profile.py::test_calls_add_up_to_the_inference": 5,
+    "test_profile.py::test_calls_add_up_to_the_inference": 6,
     "test_report_stack.py::test_qemu_bound_covers_a_painted_run": 5,
 }
 SLOW_SECONDS = 20.0

@@ -46,18 +46,28 @@ def sample(tmp_path_factory) -> Path:
     return path
 
 
-def _profiled_run(project: Path, sample: Path, capsys) -> dict:
-    assert main(["run", str(project), "--input", f"input_1={sample}", "--profile",
-                 "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+@pytest.fixture(scope="module")
+def profiled(kws, sample, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
+    """board → (kws generated with --profile, what `run --profile --json` printed)."""
+    import contextlib
+    import io
+
+    out = {}
+    for board in (QEMU, "host"):
+        require_board_tools(board)
+        project = tmp_path_factory.mktemp("profiled") / "kws"
+        generate(kws, board, project, profile=True)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            assert main(["run", str(project), "--input", f"input_1={sample}", "--profile",
+                         "--json"]) == 0
+        out[board] = project, json.loads(printed.getvalue())
+    return out
 
 
 @pytest.mark.parametrize("board", [QEMU, "host"])
-def test_calls_add_up_to_the_inference(kws, sample, board, tmp_path, capsys):
-    require_board_tools(board)
-    project = tmp_path / "kws"
-    generate(kws, board, project, profile=True)
-    result = _profiled_run(project, sample, capsys)
+def test_calls_add_up_to_the_inference(profiled, board, capsys):
+    project, result = profiled[board]
     whole = result["samples"][0]["count"]
     calls = result["samples"][0]["profile"]
     assert len(calls) == 12 and all(c > 0 for c in calls)
@@ -129,7 +139,7 @@ def _replay(tvm, port: int, layers: list[dict], constants: dict[str, bytes],
     return measured
 
 
-def test_calls_equal_time_evaluator_through_serve(kws, sample, tmp_path_factory, capsys):
+def test_calls_equal_time_evaluator_through_serve(profiled, sample, tmp_path_factory):
     """The stock client replays the inference kernel by kernel on the same data through
     `serve` (an operator-style export of the same model); TVM's time_evaluator and the
     profile agree per call, and the replay ends in the firmware's own output."""
@@ -137,10 +147,8 @@ def test_calls_equal_time_evaluator_through_serve(kws, sample, tmp_path_factory,
     from tests.test_host_driven import _serve
 
     work = tmp_path_factory.mktemp("profile-te")
-    standalone = work / "kws"
-    generate(kws, QEMU, standalone, profile=True)
-    profiled = _profiled_run(standalone, sample, capsys)
-    calls, output = profiled["samples"][0]["profile"], profiled["samples"][0]["outputs"]
+    standalone, result = profiled[QEMU]
+    calls, output = result["samples"][0]["profile"], result["samples"][0]["outputs"]
     operators = export_model_operators(KWS, work / "ops.tar").path
     served = host_driven_project(operators, QEMU, work / "served")
     layers = json.loads((standalone / "model" / "metadata.json").read_text())[

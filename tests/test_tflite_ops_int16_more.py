@@ -212,8 +212,9 @@ def named(buf: bytes) -> bytes:
 EXACT = ["tflm_seanet_leaky_relu0", "tflm_seanet_leaky_relu1", "tflm_seanet_transpose_conv0",
          "tflm_seanet_transpose_conv1", "tflm_seanet_quantize0", "tflm_seanet_quantize1",
          "tflm_seanet_sub0", "tflm_seanet_sub1", "tflm_seanet_pad0", "tflm_seanet_pad1",
-         "tflm_seanet_strided_slice0", "tflm_seanet_strided_slice1", "tflm_keyword_scrambled",
-         "tflm_keyword_scrambled_8bit"]
+         "tflm_seanet_strided_slice0", "tflm_seanet_strided_slice1", "tflm_keyword_scrambled"]
+# tflm_keyword_scrambled_8bit: test_tflite_ops_svdf_int8_state.py::test_keyword_scrambled_model
+# (the same comparison with TFLite Micro, three random inputs).
 
 
 def _random(spec, rng: np.random.Generator) -> np.ndarray:
