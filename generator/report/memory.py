@@ -48,7 +48,10 @@ def regions_of(board: Board) -> list[RegionUse]:
     if board.flash_origin is not None or board.flash_bytes is not None:
         out.append(RegionUse("FLASH", "flash", board.flash_origin or 0, board.flash_bytes))
     out.append(RegionUse("RAM", "ram", board.ram_origin, board.ram_bytes))
-    out += [RegionUse(r.name, r.kind, r.origin, r.size) for r in board.regions]
+    windows = [(r.origin, r.origin + r.size) for r in out if r.size is not None]
+    # A memory the board file lists that FLASH or RAM already is (the AN547's ITCM) once.
+    out += [RegionUse(r.name, r.kind, r.origin, r.size) for r in board.regions
+            if not any(lo <= r.origin and r.origin + r.size <= hi for lo, hi in windows)]
     return out
 
 
@@ -72,7 +75,7 @@ def memory_use(board: Board, sections: list[ElfSection], link_map: list[OutputSe
             suffix = "" if n == 0 else " (load image)"
             region.sections[section.name + suffix] = section.size
             spans[region.name] += [_Span(s.addr - section.addr + place, s.size, s.category,
-                                         s.label, s.source) for s in pieces]
+                                         s.label + suffix, s.source) for s in pieces]
     for region in regions:
         region.blocks = _blocks(spans[region.name])
     _add_stack(regions, symbols)

@@ -56,7 +56,8 @@ def _stack_line(stack: StackBound, estimate: bool = False) -> str:
     if estimate:
         return f"stack    the bound{reserved} is known after the link"
     if stack.bound_bytes is None:
-        return f"stack    unbounded{reserved}: {stack.reason}"
+        why = stack.reason.removeprefix("unbounded: ")
+        return f"stack    unbounded{reserved}: {why}"
     path = " > ".join(stack.path[:8]) + (" > ..." if len(stack.path) > 8 else "")
     return f"stack    at most {stack.bound_bytes:,} B{reserved} (deepest: {path})"
 
