@@ -258,3 +258,24 @@ def _cli(capsys, argv: list[str]) -> str:
     capsys.readouterr()
     assert main(argv) == 0
     return capsys.readouterr().out
+
+
+def test_hostile_layer_records_are_one_line(tmp_path):
+    """metadata.json is the archive's: every field the report takes is checked."""
+    from generator.errors import InputError
+    from generator.report.layers import layers_of
+
+    good = {"kernel": "k", "operators": ["conv2d"], "macs": 1, "weights_bytes": 0,
+            "implementation": "ours", "args": [{"role": "input", "kind": "input",
+                                                "shape": [1], "dtype": "int8", "bytes": 1,
+                                                "ref": "x"}]}
+    assert layers_of({"layers": [good]}, "default")[0].inputs[0].where == "x"
+    bad = [{**good, "kernel": "\x1b[2Jk"}, {**good, "macs": -1}, {**good, "macs": True},
+           {**good, "operators": "conv2d"}, {**good, "args": [{**good["args"][0], "kind": "x"}]},
+           {**good, "args": [{**good["args"][0], "shape": ["1"]}]}, "not an object",
+           {**good, "kernel": "k" * 300}]
+    for record in bad:
+        with pytest.raises(InputError):
+            layers_of({"layers": [record]}, "default")
+    with pytest.raises(InputError):
+        layers_of({"layers": {}}, "default")

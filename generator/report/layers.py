@@ -87,7 +87,8 @@ def _tensor(record, where: str) -> tuple[TensorUse, str]:
 
 
 def _text(value, where: str, key: str) -> str:
-    if not isinstance(value, str) or len(value) > 256:
+    """A name from the archive: printable (it reaches terminals and pages), not too long."""
+    if not isinstance(value, str) or len(value) > 256 or not value.isprintable():
         raise InputError(f"{where}: '{key}' is not a name")
     return value
 
