@@ -19,9 +19,8 @@ from generator.report.linkmap import read_map
 from generator.report.memory import memory_use, regions_of, stack_reservation
 from generator.report.model import Block, Layer, RegionUse, StackBound
 from generator.report.profile import load_profile
-from generator.toolchain import BUILD_DIR
+from generator.toolchain import BUILD_DIR, FIRMWARE
 
-FIRMWARE = "firmware.elf"
 DEFAULT_STACK_BYTES = 65536  # MTVG_STACK_SIZE of our linker scripts when the board gives none
 LINK_MAP = "firmware.map"
 # Bytes a Cortex-M core pushes on exception entry: the basic frame, and with the FP context,
