@@ -31,7 +31,7 @@ from generator.project.zephyr import (
 from generator.project_api.client import ProjectClient
 from generator.project_api.handler import ProjectServer
 from generator.resources import templates_dir
-from tests.conftest import YES_NO, archive, shared_path
+from tests.conftest import REPO, YES_NO, archive, shared_path
 
 TEMPLATE = templates_dir() / "zephyr"
 SINE = "gromero-sine-aot-c-v5"
@@ -500,3 +500,24 @@ def test_zephyr_builds_use_this_python_and_name_a_missing_module(tmp_path):
     with pytest.raises(ToolchainError):
         build_commands(tmp_path / "p", tmp_path / "b", "nucleo_f746zg", tmp_path,
                        {**env, "MICROTVM_GEN_ZEPHYR_PYTHON": str(tmp_path / "nope")})
+
+
+@pytest.mark.parametrize("zboard", MODEL_BOARDS[:1])
+def test_profiled_run(tmp_path, zephyr_tree, zboard):
+    """generate --profile and run --profile on a Zephyr board: the app and the marks are the
+    CRT template's; the calls add up to the inference."""
+    from generator.export.api import export_model
+    from generator.run import run_project
+
+    _require_tools(zboard)
+    model = REPO / "tests" / "fixtures" / "models" / "hello_world" / "hello_world_int8.tflite"
+    export_model(model, tmp_path / "hello.tar")
+    generate(tmp_path / "hello.tar", zboard, tmp_path / "p", template=TEMPLATE, profile=True)
+    spec = json.loads((tmp_path / "p/project.json").read_text())["module"]["inputs"][0]
+    report = run_project(tmp_path / "p", [{spec["name"]: np.zeros(spec["shape"], np.int8)}],
+                         profile=True)
+    (calls,), (whole,) = report.profiles, report.timings
+    assert len(calls) == 3 and all(c > 0 for c in calls)
+    # hello_world is 3,000 instructions: the run function's code outside the marks and the
+    # timer's 40-instruction ticks weigh more than 1 % here (kws: tests/test_profile.py)
+    assert 0 <= whole.count - sum(calls) <= max(0.01 * whole.count, 4 * 40)
