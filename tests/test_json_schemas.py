@@ -182,3 +182,19 @@ def test_tune(work, capsys):
                                 "-o", str(work / "tuning")])
     validate("tune", summary)
     assert len(summary["tasks"]) == 1 and summary["measured"] == 1
+
+
+def test_report_of_placed_memory(work, exported, capsys):
+    """A board with [[regions]] (their kinds: tcm, external...) and memory placed in them."""
+    require_board_tools("qemu-mps3-an547")
+    project = work / "placed"
+    assert main(["generate", str(work / "m.tar"), "--board", "qemu-mps3-an547", "-o",
+                 str(project), "--place", "activations=DTCM,weights=DDR"]) == 0
+    assert main(["build", str(project)]) == 0
+    report = cli_json(capsys, ["report", str(project)])
+    validate("report", report)
+    kinds = {r["name"]: r["kind"] for r in report["regions"]}
+    assert kinds["DTCM"] == "tcm" and kinds["DDR"] == "external"
+    ddr = [b for r in report["regions"] if r["name"] == "DDR" for b in r["blocks"]]
+    assert {b["category"] for b in ddr} <= {"weights", "other"}  # other: alignment padding
+    assert sum(b["bytes"] for b in ddr if b["category"] == "weights") > 0

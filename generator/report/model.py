@@ -41,7 +41,7 @@ class RegionUse:
     """One memory region of the board (FLASH, RAM, DTCM...) and what fills it."""
 
     name: str
-    kind: str  # "flash" | "ram" (boards.REGION_KINDS), "host" for a host program
+    kind: str  # "flash", "ram", a [[regions]] kind (boards.REGION_KINDS), "host", "other"
     origin: int
     size: int | None  # None: a host program's memory (no fixed size)
     blocks: list[Block] = field(default_factory=list)
