@@ -918,7 +918,10 @@ class Report(Command):
             "runtime, libc, activations, I/O, stack), the model's layers, the stack bound")
 
     def do_add_parser(self, parser):
-        parser.add_argument("project", type=Path, help="a built project directory")
+        parser.add_argument("project", type=Path, metavar="DIR",
+                            help="a built project, or a --format library output (with --board)")
+        parser.add_argument("--board", help="for a library: the board whose compiler and "
+                                            "flags your firmware uses")
         parser.add_argument("--html", type=Path, metavar="FILE",
                             help="also write one self-contained HTML page: both pictures and "
                                  "the tables")
@@ -928,6 +931,7 @@ class Report(Command):
 
     def do_run(self, args):
         from generator.report.files import layers_svg_path, write_pictures
+        from generator.report.library import is_library, library_report
         from generator.report.report import project_report
         from generator.report.text import report_lines
 
@@ -937,7 +941,12 @@ class Report(Command):
         for path, option in outputs:
             if path is not None:
                 check_output(path, option, FILE, inputs=[args.project])
-        report = project_report(args.project)
+        if is_library(args.project):
+            report = library_report(args.project, args.board)
+        elif args.board is not None:
+            raise InputError("--board is for library outputs; a project knows its board")
+        else:
+            report = project_report(args.project)
         written = write_pictures(report.to_json(), html=args.html, svg=args.svg)
         if args.json:
             self.emit_json({**report.to_json(), "written": [str(p) for p in written]})

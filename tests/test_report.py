@@ -279,3 +279,34 @@ def test_hostile_layer_records_are_one_line(tmp_path):
             layers_of({"layers": [record]}, "default")
     with pytest.raises(InputError):
         layers_of({"layers": {}}, "default")
+
+
+def test_library_report(built, archives, tmp_path, capsys):
+    """A --format library output, compiled for the board's core: the same kernel code and
+    weights the board's firmware holds, the layers, and the refusals."""
+    from generator.project.library import generate_library
+
+    lib = tmp_path / "kws-lib"
+    generate_library(archives["kws"], lib)
+    assert (lib / "model" / "metadata.json").is_file()
+    report = _report(lib, capsys, "--board", "qemu-mps2-an385")
+    firmware = _report(_case(built, "kws", "qemu-mps2-an385"), capsys)
+    assert report["estimate"] is True
+
+    def kernels(r):
+        return {b["label"]: b["bytes"] for region in r["regions"] for b in region["blocks"]
+                if b["category"] == "kernel-code"}
+
+    assert kernels(report) == kernels(firmware)
+    flash = next(r for r in report["regions"] if r["name"] == "FLASH")
+    assert sum(b["bytes"] for b in flash["blocks"] if b["category"] == "weights") == \
+        firmware["totals"]["weights_bytes"]
+    assert [la["code_bytes"] for la in report["layers"]] == \
+        [la["code_bytes"] for la in firmware["layers"]]
+    for argv, words in ((["report", str(lib)], "name the board"),
+                        (["report", str(_case(built, "kws", "host")), "--board", "host"],
+                         "--board is for library outputs")):
+        capsys.readouterr()
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err

@@ -217,6 +217,7 @@ def _render(archive_path: Path, sha256: str, data: dict[str, bytes],
     model_sources = sorted(out)
     if module.header:
         out[f"model/include/{module.header.rsplit('/', 1)[-1]}"] = data[module.header]
+    out["model/metadata.json"] = data["metadata.json"]  # the layers, for `report`
     kernels = [n for n in model_sources if module.abi is not None and n.endswith("_lib0.c")]
     headers = tvm_headers(out, kernels, ["model/include"]) if kernels else None
     if headers is not None:
