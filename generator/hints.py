@@ -81,7 +81,10 @@ def bigger_board(boards: Iterable[str]) -> str:
     return f"choose a board it fits: {', '.join(names)}"
 
 
-def profile_project(project_dir, board: str) -> str:
-    """run --profile: the project was generated without --profile."""
+def profile_project(project_dir, board: str, built_in_template: bool = True) -> str:
+    """run --profile: the project was generated without --profile (from another template:
+    the command the user ran, which names it, with --profile)."""
+    if not built_in_template:
+        return "generate it again as you did, with --profile added"
     return (f"generate it again with --profile: microtvm-gen generate {project_dir}/model.tar "
             f"--board {board} -o {project_dir} --force --profile")

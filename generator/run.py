@@ -306,12 +306,13 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
 
 def profile_points_of(project: dict, project_dir: Path) -> int:
     """The marks a project generated with --profile makes per run; refused otherwise."""
-    points = project.get("profile", {}).get("points") if isinstance(project.get("profile"),
-                                                                      dict) else None
+    record = project.get("profile")
+    points = record.get("points") if isinstance(record, dict) else None
     if not isinstance(points, int) or points < 2:
         raise ProjectError(f"{project_dir}: generated without --profile: its firmware does not "
                            "time each call",
-                           hint=hints.profile_project(project_dir, project.get("board", "")))
+                           hint=hints.profile_project(project_dir, project.get("board", ""),
+                                                      project.get("backend") == "crt"))
     return points
 
 
