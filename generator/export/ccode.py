@@ -15,7 +15,12 @@ from generator.cnames import c_identifiers
 from generator.errors import ExportError, MlfError
 from generator.export.lower import Lowered, Program
 from generator.export.planner import ALIGN, Interval, Plan, plan
-from generator.mlf.model import PROFILE_MARK_FUNCTION, external_pool_macro, profile_macro
+from generator.mlf.model import (
+    PROFILE_MARK_FUNCTION,
+    external_pool_macro,
+    profile_macro,
+    profile_mark_macro,
+)
 from generator.mlf.schema import check_tensor_name
 
 ACCEL_RUN_FAILED = abi.constant("MTVG_ACCEL_RUN_FAILED")  # the generated code has no mtvg/ headers
@@ -128,7 +133,7 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
             return f"outputs->{in_place[root]}"
         return f"({pool} + {memory_plan.offset_of(root)})"
 
-    mark = f"{prefix.upper()}MARK"
+    mark = profile_mark_macro(module)
     lines = [f"  {mark}(0);"]
     for step, call in enumerate(program.calls):
         types = [p.rsplit("*", 1)[0].strip() + "*"
@@ -160,17 +165,15 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
         outputs=outputs,
         constants_bytes=sum(program.tensors[t].nbytes for t in constants),
         copied_outputs=copied,
-        layers=_layers(program, lowered, inputs, in_place, memory_plan, const_names),
+        layers=_layers(program, lowered, inputs, in_place, memory_plan, const_names, prefix),
     )
 
 
 def _layers(program: Program, lowered: Lowered, inputs: list[IoTensor], in_place: dict[int, str],
-            memory_plan: Plan, const_names: dict[int, str]) -> list[dict]:
+            memory_plan: Plan, const_names: dict[int, str], prefix: str) -> list[dict]:
     """What each call reads and writes, and where those bytes live: `report`'s per-layer
     table. A constant's bytes count for the first call that reads it."""
     input_of = {tid: t.c_name for tid, t in zip(program.inputs, inputs, strict=True)}
-    prefix_len = len(next(iter(const_names.values()), "")) - len("const_0") \
-        if const_names else 0
     seen: set[int] = set()
     out = []
     for call in program.calls:
@@ -182,7 +185,7 @@ def _layers(program: Program, lowered: Lowered, inputs: list[IoTensor], in_place
             if kind == "input":
                 ref = input_of[root]
             elif kind == "constant":
-                ref = const_names[root][prefix_len:]
+                ref = const_names[root].removeprefix(prefix)
                 if root not in seen:
                     weights += program.tensors[root].nbytes
                     seen.add(root)
@@ -236,7 +239,7 @@ def _run_source(module: str, lowered: Lowered, program: Program, memory_plan: Pl
     if lowered.accel_kernels:
         out += ["", "/* Accelerator drivers report failures here (mtvg/accel.h). */",
                 "int32_t mtvg_accel_failed(void);", "void mtvg_accel_clear(void);"]
-    mark = f"{prefix.upper()}MARK"
+    mark = profile_mark_macro(module)
     out += ["", f"/* Built with {profile_macro(module)} defined, the run function reads the "
             "timer before its first call and after each (run --profile). */",
             f"#ifdef {profile_macro(module)}",

@@ -28,6 +28,12 @@ def profile_macro(module: str) -> str:
     return f"TVMGEN_{module.upper()}_PROFILE"
 
 
+def profile_mark_macro(module: str) -> str:
+    """The run function's mark, `TVMGEN_<MOD>_MARK(point)`: a call of PROFILE_MARK_FUNCTION
+    with profile_macro(module) defined, nothing otherwise."""
+    return f"TVMGEN_{module.upper()}_MARK"
+
+
 # What the run function calls at each mark (the firmware defines it: `run --profile`).
 PROFILE_MARK_FUNCTION = "mtvg_profile_mark"
 
