@@ -15,7 +15,7 @@ from generator.boards import load_board
 from generator.cli import main
 from generator.project.generate import generate
 from generator.report.linkmap import FILL, read_map
-from tests.conftest import REPO, built_once, exported_once
+from tests.conftest import REPO, archive, built_once, exported_once, require_board_tools
 
 KWS = REPO / "tests" / "fixtures" / "models" / "mlperftiny_kws" / "kws_ref_model.tflite"
 MNIST = REPO / "examples" / "mnist" / "mnist-8.onnx"
@@ -310,3 +310,29 @@ def test_library_report(built, archives, tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], err
+
+
+def test_graph_executor_project(tmp_path, capsys):
+    """An archive TVM 0.11 wrote for the graph executor: its parameters are weights, its
+    storage and arena activations, before and after the link alike; no layers recorded."""
+    from generator.project.generate import generate
+
+    require_board_tools("qemu-mps2-an385")
+    magic_wand = archive("hannah-magicwand-graph-c-tvm0.11dev")
+    project = tmp_path / "graph"
+    generate(magic_wand, "qemu-mps2-an385", project)
+    assert main(["build", str(project)]) == 0
+    capsys.readouterr()
+    report = _report(project, capsys)
+    estimate = json.loads(_cli(capsys, ["info", "--memory", str(magic_wand), "--board",
+                                        "qemu-mps2-an385", "--json"]))
+
+    def labelled(r, label):
+        return [b["bytes"] for region in r["regions"] for b in region["blocks"]
+                if b["label"] == label]
+
+    assert labelled(report, "graph storage") == labelled(estimate, "graph storage") != []
+    (params,) = labelled(report, "graph parameters")
+    assert params >= estimate["totals"]["flash"]  # the .params blob: tensors and their header
+    assert report["layers"] == [] and any("no layers" in n for n in report["notes"])
+    assert report["stack"]["bound_bytes"] is None  # the executor calls kernels by pointer

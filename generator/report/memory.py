@@ -23,7 +23,14 @@ _MODEL_DIR = "/model/src/"
 _SOURCE_DIRS = (("/runtime/src/", "runtime", "runtime"), ("/app/", "app", "application"),
                 ("/platform/", "app", "platform"), ("/accel/", "accelerator", "accelerator"))
 _IO_SYMBOL = re.compile(r"^(input|output)_\d+$")
-_ARENA_SYMBOLS = ("workspace_arena", "graph_storage")
+# The generated application's buffers and tables that belong to the model
+# (templates/crt/*_glue.c.j2): symbol → (category, label).
+_APP_SYMBOLS = {
+    "workspace_arena": ("activations", "workspace arena"),
+    "graph_storage": ("activations", "graph storage"),
+    "graph_params": ("weights", "graph parameters"),
+    "graph_json": ("model-code", "graph JSON"),
+}
 STACK_TOP, STACK_LIMIT = "__stack_top__", "__stack_limit__"
 PADDING = "alignment padding"
 
@@ -129,7 +136,7 @@ def _classify(section: ElfSection, name: str, source: str, addr: int, size: int,
     short = PurePosixPath(source.split("(")[-1].rstrip(")")).name.replace(".obj", "")
     if _MODEL_DIR in path:
         return _model_spans(section, name, addr, size, short, kernels, symbols)
-    if "/app/" in path and (section.nobits or section.writable):
+    if "/app/" in path and not name.startswith(".text"):
         return _app_data_spans(addr, size, short, symbols)
     for marker, category, label in _SOURCE_DIRS:
         if marker in path:
@@ -162,24 +169,29 @@ def _model_spans(section: ElfSection, name: str, addr: int, size: int, short: st
 
 def _app_data_spans(addr: int, size: int, short: str,
                     symbols: list[ElfSymbol]) -> list[_Span]:
-    """The application's data: its input and output buffers and the runtime's workspace
-    arena (by their symbols) apart from the rest."""
+    """The application's data: the model's buffers and tables in it (input and output
+    buffers, the runtime's workspace arena, a graph's storage, parameters and JSON) by their
+    symbols, apart from the rest."""
     out, cursor, end = [], addr, addr + size
     named = sorted((s for s in symbols if s.kind == "object" and addr <= s.value < end
-                    and (_IO_SYMBOL.match(s.name) or s.name in _ARENA_SYMBOLS)),
-                   key=lambda s: s.value)
+                    and _app_symbol(s.name) is not None), key=lambda s: s.value)
     for sym in named:
         if sym.value > cursor:
             out.append(_Span(cursor, sym.value - cursor, "app", "application", short))
         stop = min(end, sym.value + sym.size)
         if stop > sym.value:
-            io = bool(_IO_SYMBOL.match(sym.name))
-            out.append(_Span(sym.value, stop - sym.value, "io" if io else "activations",
-                             "I/O buffers" if io else "workspace arena", sym.name))
+            category, label = _app_symbol(sym.name)
+            out.append(_Span(sym.value, stop - sym.value, category, label, sym.name))
         cursor = max(cursor, stop)
     if cursor < end:
         out.append(_Span(cursor, end - cursor, "app", "application", short))
     return out
+
+
+def _app_symbol(name: str) -> tuple[str, str] | None:
+    if _IO_SYMBOL.match(name):
+        return "io", "I/O buffers"
+    return _APP_SYMBOLS.get(name)
 
 
 def _blocks(spans: list[_Span]) -> list[Block]:

@@ -150,6 +150,9 @@ def archive_report(archive_path: Path, board_name: str) -> Report:
     pools = sum(p.size_bytes for p in module.pools if p.internal) + arena_bytes_for(module)
     ram.blocks.append(Block("activations", "activations", pools, None,
                             f"the model's activation pool or workspace arena ({estimate})"))
+    if module.executor == "graph" and module.graph is not None:
+        ram.blocks.append(Block("graph storage", "activations", module.graph.storage_bytes,
+                                None, f"the graph's tensors ({estimate})"))
     ram.blocks.append(Block("I/O buffers", "io", module.io_size_bytes or sum(
         t.size_bytes for t in (*module.inputs, *module.outputs)), None, estimate))
     stack = board.stack_bytes or (DEFAULT_STACK_BYTES if board.linker_script else None)
