@@ -42,7 +42,6 @@ CHECKED = {
 # One experiment or campaign each, named with its commit in the table or the paragraph
 # before it.
 RECORDS = {
-    ("docs/quantization.md", "model | MACs | weights + bias"): "uint8 against its int8 twin",
     ("docs/tuning.md", "model | board | candidates measured"): "500-trial tuning campaigns",
     ("docs/tuning.md", "model | board | task"): "the same campaigns, per task",
     ("docs/fuzzing-archives.md", "part | archives"): "the 100,000-archive campaign",
