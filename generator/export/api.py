@@ -10,7 +10,7 @@ from generator.accel.dispatch import OffloadReport, Selected
 from generator.cnames import c_identifiers
 from generator.errors import ExportError, MlfError
 from generator.export import ccode, frontend
-from generator.export.lower import lower
+from generator.export.lower import Lowered, lower
 from generator.export.mlf_writer import (
     ABI_NAME,
     MLF_VERSION,
@@ -74,6 +74,27 @@ def _check_module_name(module: str) -> None:
 def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin: str,
             start: float, accelerators: list[Selected],
             tuning: TuningRecords | None = None) -> ExportResult:
+    lowered, input_names, names = lower_model(mod, module, output_names, accelerators,
+                                              tuning)
+    program = lowered.program
+    code = ccode.generate(lowered, module, input_names, names)
+    write_lowered(dest, module, lowered, code, origin, accelerators, tuning)
+    notes = [f"output '{n}' is copied after the last kernel" for n in code.copied_outputs]
+    notes += [f"accelerator '{name}' matched no operator; the model runs on the CPU"
+              for name in lowered.offload.unmatched]
+    notes += lowered.tuning_notes
+    return ExportResult(dest, module, len({c.kernel for c in program.calls}),
+                        len(program.calls), code.plan, code.constants_bytes, code.inputs,
+                        code.outputs, time.monotonic() - start, notes, lowered.quant,
+                        lowered.offload,
+                        [c.kernel for c in program.calls
+                         if c.kernel not in lowered.accel_kernels], lowered.tuned)
+
+
+def lower_model(mod, module: str, output_names: list[str] | None,
+                accelerators: list[Selected],
+                tuning: TuningRecords | None = None) -> tuple[Lowered, list[str], list[str]]:
+    """The model lowered to kernels and their calls, with its input and output names."""
     _check_module_name(module)
     input_names = _input_names(mod)
     ccode.check_io_names(input_names, list(output_names or []))
@@ -89,7 +110,12 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
     if len(program.inputs) != len(input_names):
         raise ExportError(f"main has {len(input_names)} parameters before lowering and "
                           f"{len(program.inputs)} after")
-    code = ccode.generate(lowered, module, input_names, names)
+    return lowered, input_names, names
+
+
+def write_lowered(dest: Path, module: str, lowered: Lowered, code: ccode.AotCode, origin: str,
+                  accelerators: list[Selected], tuning: TuningRecords | None = None) -> None:
+    """The MLF v8 archive of lowered code: checked to read back before it is written."""
     meta = _metadata(module, lowered, code, origin, accelerators, tuning)
     try:  # what `info` and `generate` refuse is never written
         check_metadata(meta, MLF_VERSION, "metadata.json")
@@ -104,16 +130,6 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
         f"src/{module}.relax": lowered.relax_text.encode(),
     }
     write_archive(dest, files)
-    notes = [f"output '{n}' is copied after the last kernel" for n in code.copied_outputs]
-    notes += [f"accelerator '{name}' matched no operator; the model runs on the CPU"
-              for name in lowered.offload.unmatched]
-    notes += lowered.tuning_notes
-    return ExportResult(dest, module, len({c.kernel for c in program.calls}),
-                        len(program.calls), code.plan, code.constants_bytes, code.inputs,
-                        code.outputs, time.monotonic() - start, notes, lowered.quant,
-                        lowered.offload,
-                        [c.kernel for c in program.calls
-                         if c.kernel not in lowered.accel_kernels], lowered.tuned)
 
 
 def _input_names(mod) -> list[str]:
