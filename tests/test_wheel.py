@@ -130,6 +130,9 @@ def test_installed_wheel_exports_generates_builds_and_runs(tmp_path):
     scores = np.asarray(report["samples"][0]["outputs"]["Plus214_Output_0"]).reshape(-1)
     assert int(np.argmax(scores)) == 2
     assert "Plus214_Output_0" in printed
+    # report: the installed package's report modules (stack analysis, pictures) at work
+    shown = json.loads(run([cli, "report", "proj", "--json", "--html", "proj.html"], work, env))
+    assert shown["totals"]["macs"] == 786_560 and (work / "proj.html").is_file()
 
 
 def test_data_folders_installed_copy_source_tree_and_override(tmp_path, monkeypatch):
