@@ -86,8 +86,10 @@ def shared_root() -> Path:
 
 
 def exported_seeds(cache: Path, log=print) -> list[tuple[str, str]]:
-    """Archives `microtvm-gen export` writes, exported once per model/style/writer version."""
-    writer = (REPO / "generator" / "export" / "mlf_writer.py").read_bytes()
+    """Archives `microtvm-gen export` writes, exported once per model, style and exporter
+    (every source file of generator/export: what the archive holds, not only its writer)."""
+    writer = b"".join(p.read_bytes() for p in sorted((REPO / "generator" / "export")
+                                                      .rglob("*.py")))
     out = []
     for label, model, style in EXPORTS:
         source = REPO / model
