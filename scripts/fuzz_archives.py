@@ -85,13 +85,14 @@ def shared_root() -> Path:
     return Path(os.environ.get("MTVG_SHARED", REPO.parent / "shared"))
 
 
-def exported_seeds(cache: Path, log=print) -> list[tuple[str, str]]:
+def exported_seeds(cache: Path, log=print,
+                   exports: tuple[tuple[str, str, str], ...] = EXPORTS) -> list[tuple[str, str]]:
     """Archives `microtvm-gen export` writes, exported once per model, style and exporter
     (every source file of generator/export: what the archive holds, not only its writer)."""
     writer = b"".join(p.read_bytes() for p in sorted((REPO / "generator" / "export")
                                                       .rglob("*.py")))
     out = []
-    for label, model, style in EXPORTS:
+    for label, model, style in exports:
         source = REPO / model
         if not source.is_file():
             continue
@@ -132,10 +133,13 @@ def fixture_seeds(include_shared: bool = True) -> list[tuple[str, str]]:
 
 
 def discover_seeds(include_shared: bool = True, export: bool = True,
-                   cache: Path | None = None, log=print) -> list[tuple[str, str]]:
+                   cache: Path | None = None, log=print,
+                   exports: tuple[tuple[str, str, str], ...] = EXPORTS
+                   ) -> list[tuple[str, str]]:
+    """The fixture archives, and (with `export`) the `exports` our exporter writes."""
     seeds = fixture_seeds(include_shared)
     if export:
-        seeds += exported_seeds(cache or default_cache(), log)
+        seeds += exported_seeds(cache or default_cache(), log, exports)
     return seeds
 
 
