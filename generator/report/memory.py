@@ -153,18 +153,9 @@ def _model_spans(section: ElfSection, name: str, addr: int, size: int, short: st
         return [_Span(addr, size, "activations", "activations", short)]
     if not name.startswith(".text"):
         return [_Span(addr, size, "weights", "weights", short)]
-    out, cursor, end = [], addr, addr + size
-    for sym in sorted((s for s in symbols if s.name in kernels and addr <= s.value < end),
-                      key=lambda s: s.value):
-        if sym.value > cursor:
-            out.append(_Span(cursor, sym.value - cursor, "model-code", "model code", short))
-        stop = min(end, sym.value + max(sym.size, 1))
-        out.append(_Span(sym.value, stop - sym.value, "kernel-code", kernels[sym.name],
-                         sym.name))
-        cursor = max(cursor, stop)
-    if cursor < end:
-        out.append(_Span(cursor, end - cursor, "model-code", "model code", short))
-    return out
+    named = [(sym, max(sym.size, 1), "kernel-code", kernels[sym.name]) for sym in symbols
+             if sym.name in kernels and addr <= sym.value < addr + size]
+    return _split_by_symbols(addr, size, named, ("model-code", "model code"), short)
 
 
 def _app_data_spans(addr: int, size: int, short: str,
@@ -172,19 +163,26 @@ def _app_data_spans(addr: int, size: int, short: str,
     """The application's data: the model's buffers and tables in it (input and output
     buffers, the runtime's workspace arena, a graph's storage, parameters and JSON) by their
     symbols, apart from the rest."""
+    named = [(sym, sym.size, *_app_symbol(sym.name)) for sym in symbols
+             if sym.kind == "object" and addr <= sym.value < addr + size
+             and _app_symbol(sym.name) is not None]
+    return _split_by_symbols(addr, size, named, ("app", "application"), short)
+
+
+def _split_by_symbols(addr: int, size: int, named: list[tuple[ElfSymbol, int, str, str]],
+                      rest: tuple[str, str], short: str) -> list[_Span]:
+    """The range [addr, addr+size) cut at the `named` symbols (symbol, its bytes, category,
+    label); the bytes between them are `rest` (category, label) of the object `short`."""
     out, cursor, end = [], addr, addr + size
-    named = sorted((s for s in symbols if s.kind == "object" and addr <= s.value < end
-                    and _app_symbol(s.name) is not None), key=lambda s: s.value)
-    for sym in named:
+    for sym, nbytes, category, label in sorted(named, key=lambda n: n[0].value):
         if sym.value > cursor:
-            out.append(_Span(cursor, sym.value - cursor, "app", "application", short))
-        stop = min(end, sym.value + sym.size)
+            out.append(_Span(cursor, sym.value - cursor, *rest, short))
+        stop = min(end, sym.value + nbytes)
         if stop > sym.value:
-            category, label = _app_symbol(sym.name)
             out.append(_Span(sym.value, stop - sym.value, category, label, sym.name))
         cursor = max(cursor, stop)
     if cursor < end:
-        out.append(_Span(cursor, end - cursor, "app", "application", short))
+        out.append(_Span(cursor, end - cursor, *rest, short))
     return out
 
 
