@@ -37,6 +37,7 @@ class _Section:
     size: int
     link: int
     entsize: int
+    name: int = 0  # offset of its name in the section-name string table
 
 
 def read_elf(path: Path) -> tuple[bytes, bool, str]:
@@ -57,9 +58,9 @@ def section_headers(blob: bytes, is64: bool, endian: str) -> list[_Section]:
         fmt = endian + "IIIIIIIIII"
     out = []
     for i in range(shnum):
-        (_name, sh_type, flags, addr, offset, size, link, _info, _align,
+        (name, sh_type, flags, addr, offset, size, link, _info, _align,
          entsize) = struct.unpack_from(fmt, blob, shoff + i * shentsize)
-        out.append(_Section(sh_type, flags, addr, offset, size, link, entsize))
+        out.append(_Section(sh_type, flags, addr, offset, size, link, entsize, name))
     return out
 
 
@@ -155,22 +156,10 @@ def elf_sections(path: Path) -> list[ElfSection]:
     for i, sec in enumerate(sections):
         if i == 0:
             continue
-        name_index, = struct.unpack_from(endian + "I", blob, _section_header_offset(
-            blob, is64, endian, i))
-        out.append(ElfSection(_string(blob, names, name_index) if names else "", sec.addr,
+        out.append(ElfSection(_string(blob, names, sec.name) if names else "", sec.addr,
                               sec.size, bool(sec.flags & SHF_ALLOC), sec.sh_type == SHT_NOBITS,
                               bool(sec.flags & SHF_WRITE)))
     return out
-
-
-def _section_header_offset(blob: bytes, is64: bool, endian: str, index: int) -> int:
-    if is64:
-        shoff, = struct.unpack_from(endian + "Q", blob, 0x28)
-        shentsize, = struct.unpack_from(endian + "H", blob, 0x3A)
-    else:
-        shoff, = struct.unpack_from(endian + "I", blob, 0x20)
-        shentsize, = struct.unpack_from(endian + "H", blob, 0x2E)
-    return shoff + index * shentsize
 
 
 def elf_symbols(path: Path) -> list[ElfSymbol]:

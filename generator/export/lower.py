@@ -56,6 +56,11 @@ class KernelCall:
     args: list[int]  # tensor ids: inputs first, then outputs
     outputs: int = 1  # how many of `args` (the last ones) it writes
 
+    @property
+    def written(self) -> list[int]:
+        """The tensors it writes: the last `outputs` of `args`."""
+        return self.args[len(self.args) - self.outputs:]
+
 
 @dataclass
 class Program:

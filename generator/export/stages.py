@@ -72,7 +72,7 @@ def _valid_cuts(program: Program) -> set[int]:
     stage passes no tensor through unchanged)."""
     made_at = {}
     for step, call in enumerate(program.calls):
-        for tid in call.args[len(call.args) - call.outputs:]:
+        for tid in call.written:
             made_at[program.root(tid)] = step
     last_output = max((made_at.get(program.root(t), 0) for t in program.outputs), default=0)
     return set(range(1, last_output + 1))
@@ -84,8 +84,8 @@ def _stage_program(program: Program, first: int, end: int,
     becomes its inputs, what later calls (or the model's outputs) read its outputs."""
     calls = program.calls[first:end]
     made_before = {program.root(t) for c in program.calls[:first]
-                   for t in c.args[len(c.args) - c.outputs:]} | set(program.inputs)
-    made_here = [program.root(t) for c in calls for t in c.args[len(c.args) - c.outputs:]]
+                   for t in c.written} | set(program.inputs)
+    made_here = [program.root(t) for c in calls for t in c.written]
     read_later = {program.root(t) for c in program.calls[end:] for t in c.args}
     inputs = sorted({program.root(t) for c in calls for t in c.args
                      if program.root(t) in made_before

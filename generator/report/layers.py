@@ -15,10 +15,18 @@ METADATA = Path("model") / "metadata.json"  # a project's copy of the archive's 
 
 
 def module_metadata(path: Path, module: str) -> dict:
-    """One module's entry of a metadata.json ({} when it cannot be read)."""
+    """One module's entry of a metadata.json file ({} when it cannot be read)."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return module_entry(path.read_bytes(), module)
+    except OSError:
+        return {}
+
+
+def module_entry(text: bytes, module: str) -> dict:
+    """One module's entry of metadata.json's text ({} when it has none)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
         return {}
     modules = data.get("modules") if isinstance(data, dict) else None
     info = modules.get(module) if isinstance(modules, dict) else None

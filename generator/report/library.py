@@ -16,8 +16,9 @@ from generator.boards import Board, load_board
 from generator.elfsize import ElfSection, elf_sections
 from generator.errors import InputError, ProjectError
 from generator.report.layers import METADATA, layers_of, module_metadata
-from generator.report.memory import regions_of
+from generator.report.memory import flash_and_ram, regions_of
 from generator.report.model import Block, StackBound
+from generator.report.report import Report
 
 LIBRARY_RECORD = "library.json"
 OPTIMIZE = ("-O2", "-ffunction-sections", "-fdata-sections")
@@ -32,8 +33,6 @@ def is_library(path: Path) -> bool:
 
 def library_report(lib_dir: Path, board_name: str | None):
     """The report of a library output compiled for `board_name`'s core."""
-    from generator.report.report import Report
-
     if board_name is None:
         raise InputError(f"{lib_dir} is a library: name the board whose compiler and flags "
                          "your firmware uses (report LIBDIR --board B)")
@@ -44,8 +43,7 @@ def library_report(lib_dir: Path, board_name: str | None):
         sections = [(obj, section) for obj in _compile(lib_dir, record, board, Path(tmp))
                     for section in elf_sections(obj)]
     regions = regions_of(board)
-    flash = next(r for r in regions if r.kind in ("flash", "host"))
-    ram = next(r for r in regions if r.kind in ("ram", "host"))
+    flash, ram = flash_and_ram(regions)
     code: dict[str, int] = {}
     for obj, section in sections:
         if not section.allocated or not section.size:

@@ -62,6 +62,12 @@ def regions_of(board: Board) -> list[RegionUse]:
     return out
 
 
+def flash_and_ram(regions: list[RegionUse]) -> tuple[RegionUse, RegionUse]:
+    """The board's FLASH and RAM among `regions_of` (a host program's one region: both)."""
+    return (next(r for r in regions if r.kind in ("flash", "host")),
+            next(r for r in regions if r.kind in ("ram", "host")))
+
+
 def memory_use(board: Board, sections: list[ElfSection], link_map: list[OutputSection],
                symbols: list[ElfSymbol], module: str) -> list[RegionUse]:
     """The regions of `board` with the blocks that fill them."""

@@ -4,7 +4,6 @@ archive's metadata."""
 
 from __future__ import annotations
 
-import json
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,9 +13,14 @@ from generator.build import board_ram
 from generator.elfsize import elf_sections, elf_size, elf_symbols
 from generator.errors import InputError, ProjectError
 from generator.project.record import load_record
-from generator.report.layers import METADATA, layers_of, module_metadata
+from generator.report.layers import METADATA, layers_of, module_entry, module_metadata
 from generator.report.linkmap import read_map
-from generator.report.memory import memory_use, regions_of, stack_reservation
+from generator.report.memory import (
+    flash_and_ram,
+    memory_use,
+    regions_of,
+    stack_reservation,
+)
 from generator.report.model import Block, Layer, RegionUse, StackBound
 from generator.report.profile import load_profile
 from generator.toolchain import BUILD_DIR, FIRMWARE
@@ -142,8 +146,7 @@ def archive_report(archive_path: Path, board_name: str) -> Report:
     board = load_board(board_name)
     _, files, module = load_module(archive_path, None)
     regions = regions_of(board)
-    flash = next((r for r in regions if r.kind in ("flash", "host")), regions[0])
-    ram = next((r for r in regions if r.kind in ("ram", "host")), regions[0])
+    flash, ram = flash_and_ram(regions)
     estimate = "from the archive, before the link"
     flash.blocks.append(Block("weights", "weights", module.constants_size_bytes, None,
                               f"the model's constants ({estimate})"))
@@ -158,7 +161,7 @@ def archive_report(archive_path: Path, board_name: str) -> Report:
     stack = board.stack_bytes or (DEFAULT_STACK_BYTES if board.linker_script else None)
     if stack and ram.size is not None:
         ram.blocks.append(Block("stack", "stack", stack, None, "reserved by the linker script"))
-    info = _archive_metadata(files, module.name)
+    info = module_entry(files.data.get("metadata.json", b""), module.name)
     layers = layers_of(info, module.name, None, f"{archive_path}: metadata.json")
     notes = ["code (kernels, runtime, C library) and the stack bound are known after the "
              "link: microtvm-gen report PROJECT after build"]
@@ -169,12 +172,3 @@ def archive_report(archive_path: Path, board_name: str) -> Report:
                   StackBound(None, stack, [], "known after the link"), notes, estimate=True,
                   flash_bytes=module.constants_size_bytes,
                   ram_bytes=sum(b.bytes for b in ram.blocks if b.category != "stack"))
-
-
-def _archive_metadata(files, module: str) -> dict:
-    try:
-        data = json.loads(files.data["metadata.json"])
-        info = data["modules"][module]
-    except (KeyError, TypeError, ValueError):
-        return {}
-    return info if isinstance(info, dict) else {}
