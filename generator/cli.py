@@ -912,6 +912,62 @@ class Tune(Command):
         return EXIT_OK
 
 
+class Pipeline(Command):
+    name = "pipeline"
+    help = ("split a model over several processing elements (PEs), one firmware per stage, "
+            "and stream inputs through them")
+
+    def do_add_parser(self, parser):
+        parser.add_argument("model", type=Path, help="a .tflite or .onnx model")
+        parser.add_argument("--board", help="the board of every PE (with --pes N)")
+        parser.add_argument("--pes", metavar="N|B1,B2,...",
+                            help="how many PEs (of --board), or one board per stage in order "
+                                 "(not needed to --resume a pipeline)")
+        parser.add_argument("--depth", type=int, metavar="D",
+                            help="stages per pipeline (default: one per PE; with more PEs "
+                                 "than the model has stages, the fastest depth, replicated)")
+        parser.add_argument("--profile", type=Path, metavar="PROJECT",
+                            help="balance by this project's last run --profile of the whole "
+                                 "model (its build/profile.json, or the file); default: an "
+                                 "estimate from MACs and bytes")
+        parser.add_argument("--pe-ram", type=int, metavar="BYTES",
+                            help="each PE's RAM, if less than its board file's")
+        parser.add_argument("--pe-flash", type=int, metavar="BYTES",
+                            help="each PE's flash, if less than its board file's")
+        parser.add_argument("--link-cost", metavar="RX,TX[,PER_INPUT]",
+                            help="instructions a PE spends per byte it receives and sends over "
+                                 "its link, and per input (default: measured on "
+                                 "qemu-mps2-an385)")
+        parser.add_argument("--plan-only", action="store_true",
+                            help="print the plan and its predictions; write nothing")
+        parser.add_argument("-o", "--output", type=Path, metavar="DIR",
+                            help="the pipeline's directory (plan, stage archives, projects)")
+        parser.add_argument("--force", action="store_true", help="replace a non-empty DIR")
+        parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE",
+                            help="a stream of inputs: a .npy of samples along its first axis "
+                                 "(or raw bytes); streamed through the pipeline once built")
+        parser.add_argument("--output-dir", type=Path,
+                            help="write each output, stacked over the inputs, as "
+                                 "<its C name>.npy")
+        parser.add_argument("--resume", action="store_true",
+                            help="reuse DIR as it is and skip the inputs whose outputs an "
+                                 "earlier run saved there")
+        parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                            help="a PE that does not answer within S seconds stops the "
+                                 "pipeline (default 60)")
+
+    def do_run(self, args):
+        from generator.pipeline import command
+
+        if not args.plan_only and args.output is None:
+            raise InputError("pipeline: -o DIR is needed (or --plan-only)")
+        if args.output is not None:
+            check_output(args.output, "-o", DIRECTORY, inputs=[args.model])
+        if args.output_dir is not None:
+            check_output(args.output_dir, "--output-dir", DIRECTORY)
+        return command.run(args, self.emit_json)
+
+
 class Report(Command):
     name = "report"
     help = ("what a built project holds: memory by region (weights, each kernel's code, "
@@ -959,7 +1015,7 @@ class Report(Command):
 
 
 COMMANDS: list[Command] = [Export(), Info(), Boards(), Generate(), Build(), Run(), Serve(),
-                           Flash(), Accelerators(), Tune(), Report()]
+                           Flash(), Accelerators(), Tune(), Report(), Pipeline()]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from generator.device.instructions import InstructionCounter, qmp_args
 from generator.device.runner import Device, SocketDevice, free_tcp_port
 from generator.errors import BoardError, DeviceError, ToolchainError
 
@@ -66,6 +67,11 @@ class Link:
         """Raise (one line) when no device for `board` can be opened now: checked before
         long work (a tuning run's builds) that ends on the device."""
 
+    def open_counted(self, board: Board, elf: Path, workdir: Path) -> tuple[Any, Any]:
+        """The link, and an InstructionCounter of the firmware's executed instructions
+        where the link can count them (None elsewhere). `workdir`: for the link's files."""
+        return self.open(board, elf), None
+
 
 class HostProcess(Link):
     """The firmware is a program of this machine, its link its stdin/stdout."""
@@ -103,6 +109,17 @@ class Qemu(Link):
 
     def check_reachable(self, board, serial_number=None):
         qemu_binary(board)
+
+    def open_counted(self, board, elf, workdir):
+        if self.icount_shift(board) is None:
+            return self.open(board, elf), None
+        require_built(elf)
+        socket_path = workdir / "qmp.sock"
+        socket_path.unlink(missing_ok=True)
+        description = f"QEMU ({board.name})"
+        device = Device(qemu_argv(board, elf) + qmp_args(socket_path), description,
+                        stops_at_end_of_input=self.stops_at_end_of_input)
+        return device, InstructionCounter(socket_path, description)
 
 
 class QemuSocket(Qemu):

@@ -127,6 +127,12 @@ class Device:
             self.proc.wait()
             raise DeviceError(f"{self.description} did not exit within {timeout:.0f} s") from exc
 
+    def terminate(self) -> None:
+        """Ask the process to stop (SIGTERM) and return: a thread blocked reading its link
+        then sees the link end. `close` still reaps it and closes the streams."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+
     def close(self, hung: bool = False) -> None:
         """Close stdin and let the firmware end (not when `hung`), then terminate, then kill."""
         if self.proc.poll() is None:

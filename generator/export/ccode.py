@@ -77,7 +77,7 @@ def _io_tensors(program: Program, input_names: list[str],
     return tensors[:len(input_names)], tensors[len(input_names):]
 
 
-def _intervals(program: Program, in_place_outputs: set[int]) -> list[Interval]:
+def pool_intervals(program: Program, in_place_outputs: set[int]) -> list[Interval]:
     """Lifetimes (in call steps) of the activations that live in the pool."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}
@@ -112,7 +112,7 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
         root = program.root(tid)
         if program.tensors[root].kind == "activation" and root not in in_place:
             in_place[root] = out.c_name
-    memory_plan = plan(_intervals(program, set(in_place)))
+    memory_plan = plan(pool_intervals(program, set(in_place)))
     pool = f"{prefix}workspace_pool"
 
     constants = sorted({program.root(t) for c in program.calls for t in c.args

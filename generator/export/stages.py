@@ -11,6 +11,7 @@ elements (a pipeline)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from generator.errors import ExportError
 from generator.export import ccode, frontend
 from generator.export.api import lower_model, write_lowered
 from generator.export.lower import Lowered, Program
+from generator.export.planner import lower_bound, plan
 
 STAGE_ARCHIVE = "stage{index}.tar"
 
@@ -33,9 +35,13 @@ class Stage:
     cost: int  # the sum of its calls' costs
 
 
-def balanced_cuts(costs: list[int], stages: int, allowed: set[int]) -> list[int]:
+def balanced_cuts(costs: list[int], stages: int, allowed: set[int],
+                  fits: Callable[[int, int], bool] | None = None,
+                  overhead: Callable[[int, int], float] | None = None) -> list[int]:
     """Where stages start (after the first at 0), among `allowed` call indices, so that the
-    costliest stage costs as little as possible (the earliest such cuts)."""
+    costliest stage costs as little as possible (the earliest such cuts). `fits(first, end)`:
+    whether calls [first, end) may form a stage (its memory fits its processing element);
+    `overhead(first, end)`: what such a stage costs beside its calls (its link)."""
     n = len(costs)
     if not 1 <= stages <= n:
         raise ExportError(f"{stages} stages for a model of {n} kernel calls")
@@ -54,12 +60,16 @@ def balanced_cuts(costs: list[int], stages: int, allowed: set[int]) -> list[int]
             for j in range(k - 1, i):
                 if j != 0 and j not in allowed or best[k - 1][j] == inf:
                     continue
-                worst = max(best[k - 1][j], prefix[i] - prefix[j])
+                if fits is not None and not fits(j, i):
+                    continue
+                own = prefix[i] - prefix[j] + (overhead(j, i) if overhead else 0)
+                worst = max(best[k - 1][j], own)
                 if worst < best[k][i]:
                     best[k][i], cut[k][i] = worst, j
     if best[stages][n] == inf:
-        raise ExportError(f"the model cannot be cut into {stages} stages (cut points: "
-                          f"{len(allowed)})")
+        raise ExportError(f"the model cannot be cut into {stages} stages"
+                          + (" that each fit" if fits is not None else "")
+                          + f" (cut points: {len(allowed)})")
     cuts, i = [], n
     for k in range(stages, 0, -1):
         i = cut[k][i]
@@ -67,62 +77,133 @@ def balanced_cuts(costs: list[int], stages: int, allowed: set[int]) -> list[int]
     return sorted(cuts)[1:]
 
 
-def _valid_cuts(program: Program) -> set[int]:
-    """Call indices a stage may start at: every output of the model is made after it (a
-    stage passes no tensor through unchanged)."""
-    made_at = {}
-    for step, call in enumerate(program.calls):
-        for tid in call.written:
-            made_at[program.root(tid)] = step
-    last_output = max((made_at.get(program.root(t), 0) for t in program.outputs), default=0)
-    return set(range(1, last_output + 1))
+@dataclass(frozen=True)
+class StageNeed:
+    """What a stage's calls need of its processing element (bytes): its I/O buffers, its
+    activations at their lifetime bound (`exact`: the planner's pool), its weights."""
+
+    input_bytes: int
+    output_bytes: int
+    activation_bytes: int
+    weight_bytes: int
+
+    @property
+    def ram(self) -> int:
+        return self.input_bytes + self.output_bytes + self.activation_bytes
 
 
-def _stage_program(program: Program, first: int, end: int,
-                   names: dict[int, str]) -> tuple[Program, list[str], list[str]]:
-    """The calls [first, end) as a program of their own: what they read from before
-    becomes its inputs, what later calls (or the model's outputs) read its outputs."""
-    calls = program.calls[first:end]
-    made_before = {program.root(t) for c in program.calls[:first]
-                   for t in c.written} | set(program.inputs)
-    made_here = [program.root(t) for c in calls for t in c.written]
-    read_later = {program.root(t) for c in program.calls[end:] for t in c.args}
-    inputs = sorted({program.root(t) for c in calls for t in c.args
-                     if program.root(t) in made_before
-                     and program.tensors[program.root(t)].kind != "constant"})
-    if end == len(program.calls):
-        outputs = list(program.outputs)
-    else:
-        outputs = [t for t in dict.fromkeys(made_here) if t in read_later]
-    tensors = [dataclasses.replace(t, kind="input", base=None) if t.id in inputs
-               else t for t in program.tensors]
-    sub = Program(tensors, inputs, outputs, [names[program.root(t)] for t in outputs], calls)
-    return sub, [names[t] for t in inputs], sub.output_names
+@dataclass
+class ModelSplit:
+    """A model lowered once, ready to be cut into stages anywhere between its calls."""
+
+    model: Path
+    lowered: Lowered
+    tensor_names: dict[int, str]
+    macs: list[int]  # per call
+    written_bytes: list[int]  # per call: the bytes it writes
+
+    @property
+    def program(self) -> Program:
+        return self.lowered.program
+
+    @property
+    def calls(self) -> int:
+        return len(self.program.calls)
+
+    def kernels(self, first: int, end: int) -> list[str]:
+        return [c.kernel for c in self.program.calls[first:end]]
+
+    def cut_points(self) -> set[int]:
+        """Call indices a stage may start at: every output of the model is made after it
+        (a stage passes no tensor through unchanged)."""
+        program = self.program
+        made_at = {}
+        for step, call in enumerate(program.calls):
+            for tid in call.written:
+                made_at[program.root(tid)] = step
+        last_output = max((made_at.get(program.root(t), 0) for t in program.outputs),
+                          default=0)
+        return set(range(1, last_output + 1))
+
+    def stage_program(self, first: int, end: int) -> tuple[Program, list[str], list[str]]:
+        """The calls [first, end) as a program of their own: what they read from before
+        becomes its inputs, what later calls (or the model's outputs) read its outputs."""
+        program, names = self.program, self.tensor_names
+        calls = program.calls[first:end]
+        made_before = {program.root(t) for c in program.calls[:first]
+                       for t in c.written} | set(program.inputs)
+        made_here = [program.root(t) for c in calls for t in c.written]
+        read_later = {program.root(t) for c in program.calls[end:] for t in c.args}
+        inputs = sorted({program.root(t) for c in calls for t in c.args
+                         if program.root(t) in made_before
+                         and program.tensors[program.root(t)].kind != "constant"})
+        if end == len(program.calls):
+            outputs = list(program.outputs)
+        else:
+            outputs = [t for t in dict.fromkeys(made_here) if t in read_later]
+        tensors = [dataclasses.replace(t, kind="input", base=None) if t.id in inputs
+                   else t for t in program.tensors]
+        sub = Program(tensors, inputs, outputs, [names[program.root(t)] for t in outputs],
+                      calls)
+        return sub, [names[t] for t in inputs], sub.output_names
+
+    def need(self, first: int, end: int, exact: bool = False) -> StageNeed:
+        """The memory of calls [first, end) as one stage."""
+        sub, _, _ = self.stage_program(first, end)
+        size = {t.id: t.nbytes for t in sub.tensors}
+        outputs = {sub.root(t) for t in sub.outputs}
+        intervals = ccode.pool_intervals(sub, outputs)  # outputs: in their buffers
+        activations = plan(intervals).pool_bytes if exact else lower_bound(intervals)
+        constants = {sub.root(t) for c in sub.calls for t in c.args
+                     if sub.tensors[sub.root(t)].kind == "constant"}
+        return StageNeed(sum(size[t] for t in sub.inputs), sum(size[t] for t in outputs),
+                         activations,
+                         sum(size[t] for t in constants))
+
+    def write(self, first: int, end: int, path: Path, title: str) -> tuple[list[str], list[str]]:
+        """Stage [first, end) as an MLF v8 archive at `path`; its input and output names."""
+        sub, ins, outs = self.stage_program(first, end)
+        staged: Lowered = dataclasses.replace(self.lowered, program=sub)
+        code = ccode.generate(staged, "default", ins, outs)
+        write_lowered(path, "default", staged, code, title, [])
+        return ins, outs
+
+
+def split_model(model: Path) -> ModelSplit:
+    """Import and lower `model` once for splitting (its kernels as `export` makes them)."""
+    mod, output_names = frontend.import_model(model, {})
+    lowered, input_names, names = lower_model(mod, "default", output_names, [])
+    program = lowered.program
+    macs = [lowered.kernel_macs.get(c.kernel) or 0 for c in program.calls]
+    written = [sum(program.tensors[program.root(t)].nbytes for t in c.written)
+               for c in program.calls]
+    return ModelSplit(model, lowered, _tensor_names(program, input_names, names), macs,
+                      written)
 
 
 def export_stages(model: Path, out_dir: Path, stages: int,
                   costs: list[int] | None = None) -> list[Stage]:
     """Split `model` into `stages` archives in `out_dir` (stage0.tar, ...), balanced by
     `costs` per kernel call (default: each call's MACs, at least 1)."""
-    mod, output_names = frontend.import_model(model, {})
-    lowered, input_names, names = lower_model(mod, "default", output_names, [])
-    program = lowered.program
+    split = split_model(model)
     if costs is None:
-        costs = [max(1, lowered.kernel_macs.get(c.kernel) or 0) for c in program.calls]
-    if len(costs) != len(program.calls):
-        raise ExportError(f"{len(costs)} costs for {len(program.calls)} kernel calls")
-    cuts = balanced_cuts(costs, stages, _valid_cuts(program))
-    tensor_names = _tensor_names(program, input_names, names)
+        costs = [max(1, m) for m in split.macs]
+    if len(costs) != split.calls:
+        raise ExportError(f"{len(costs)} costs for {split.calls} kernel calls")
+    cuts = balanced_cuts(costs, stages, split.cut_points())
+    return write_stages(split, out_dir, cuts, costs)
+
+
+def write_stages(split: ModelSplit, out_dir: Path, cuts: list[int],
+                 costs: list[int]) -> list[Stage]:
+    """One archive per stage, stage k from cuts[k-1] to cuts[k]."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    bounds = [0, *cuts, len(program.calls)]
+    bounds = [0, *cuts, split.calls]
     result = []
     for index, (first, end) in enumerate(zip(bounds, bounds[1:], strict=False)):
-        sub, ins, outs = _stage_program(program, first, end, tensor_names)
-        staged: Lowered = dataclasses.replace(lowered, program=sub)
-        code = ccode.generate(staged, "default", ins, outs)
         path = out_dir / STAGE_ARCHIVE.format(index=index)
-        write_lowered(path, "default", staged, code,
-                      f"{model.name}, stage {index} of {stages}", [])
+        ins, outs = split.write(first, end, path,
+                                f"{split.model.name}, stage {index} of {len(bounds) - 1}")
         result.append(Stage(index, first, end, path, ins, outs, sum(costs[first:end])))
     return result
 
@@ -135,5 +216,3 @@ def _tensor_names(program: Program, input_names: list[str],
     names.update(zip([program.root(t) for t in program.inputs], input_names, strict=True))
     names.update(zip([program.root(t) for t in program.outputs], output_names, strict=True))
     return names
-
-
