@@ -921,8 +921,9 @@ class Pipeline(Command):
         parser.add_argument("model", type=Path, help="a .tflite or .onnx model")
         parser.add_argument("--board", help="the board of every PE (with --pes N)")
         parser.add_argument("--pes", metavar="N|B1,B2,...",
-                            help="how many PEs (of --board), or one board per stage in order "
-                                 "(not needed to --resume a pipeline)")
+                            help="how many PEs (of --board), or one board per stage in order; "
+                                 "BOARD+ACCELERATOR: a PE whose stage offloads to it (not "
+                                 "needed to --resume a pipeline)")
         parser.add_argument("--depth", type=int, metavar="D",
                             help="stages per pipeline (default: one per PE; with more PEs "
                                  "than the model has stages, the fastest depth, replicated)")
@@ -955,6 +956,7 @@ class Pipeline(Command):
         parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
                             help="a PE that does not answer within S seconds stops the "
                                  "pipeline (default 60)")
+        add_accelerator_path(parser)
 
     def do_run(self, args):
         from generator.pipeline import command
@@ -965,6 +967,7 @@ class Pipeline(Command):
             check_output(args.output, "-o", DIRECTORY, inputs=[args.model])
         if args.output_dir is not None:
             check_output(args.output_dir, "--output-dir", DIRECTORY)
+        with_accelerator_path(args.accelerator_path)
         return command.run(args, self.emit_json)
 
 

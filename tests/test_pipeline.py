@@ -145,7 +145,7 @@ def kws_two_pes(tmp_path_factory, kws_split):
     costs, unit = call_costs(kws_split, None)
     plan = plan_pipeline(kws_split, costs, unit, [pe], 2)
     root = tmp_path_factory.mktemp("pipeline") / "kws2"
-    layout.create(kws_split, plan, root, force=False)
+    layout.create(lambda pe: kws_split, plan, root, force=False)
     return root
 
 
@@ -228,3 +228,24 @@ def test_killed_pe_stops_the_stream_and_resume_finishes_it(kws_two_pes, tmp_path
     assert record["skipped"] == sorted(done)
     assert sum(pe["inputs"] for pe in record["pes"]) == 2 * (len(x) - len(done))
     assert len(record["outputs"]) == len(x)
+
+
+@pytest.mark.qemu
+@pytest.mark.slow
+def test_a_middle_pe_with_the_vanilla_accelerator(tmp_path, tmp_path_factory, capsys):
+    require_board_tools(BOARD)
+    x = _kws_inputs(2)
+    np.save(tmp_path / "x.npy", x)
+    pes = f"{BOARD},{BOARD}+vanilla,{BOARD}"
+    assert main(["pipeline", str(KWS), "--pes", pes, "-o", str(tmp_path / "p"), "--input",
+                 f"input_1={tmp_path / 'x.npy'}", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert [s["accelerators"] for s in record["plan"]["stages"]] == [[], ["vanilla"], []]
+    whole = run_project(built_once(tmp_path_factory, KWS, BOARD), [{"input_1": s} for s in x])
+    assert [o["Identity"] for o in record["outputs"]] == \
+        [o["Identity"].tolist() for o in whole.outputs]
+    middle = record["pes"][1]
+    assert middle["board"] == f"{BOARD}+vanilla"
+    # one pointwise convolution of kws (64x64 over 25x5) per input on the mock NPU
+    assert middle["accelerator_counters"]["vanilla"]["macs"] == 2 * 25 * 5 * 64 * 64
+    assert not record["pes"][0]["accelerator_counters"]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from generator.accel.dispatch import Selected
 from generator.errors import ExportError
 from generator.export import ccode, frontend
 from generator.export.api import lower_model, write_lowered
@@ -101,6 +102,7 @@ class ModelSplit:
     tensor_names: dict[int, str]
     macs: list[int]  # per call
     written_bytes: list[int]  # per call: the bytes it writes
+    accelerators: list[Selected] = dataclasses.field(default_factory=list)
 
     @property
     def program(self) -> Program:
@@ -165,20 +167,31 @@ class ModelSplit:
         sub, ins, outs = self.stage_program(first, end)
         staged: Lowered = dataclasses.replace(self.lowered, program=sub)
         code = ccode.generate(staged, "default", ins, outs)
-        write_lowered(path, "default", staged, code, title, [])
+        write_lowered(path, "default", staged, code, title, self.accelerators)
         return ins, outs
 
+    def aligned_with(self, other: ModelSplit) -> bool:
+        """Whether both make the same calls writing the same tensors (one lowered with an
+        accelerator, one without): a cut of one is a cut of the other, by the same names."""
+        mine, theirs = self.program, other.program
+        return len(mine.calls) == len(theirs.calls) and all(
+            [mine.tensors[mine.root(t)].shape for t in a.written]
+            == [theirs.tensors[theirs.root(t)].shape for t in b.written]
+            for a, b in zip(mine.calls, theirs.calls, strict=True))
 
-def split_model(model: Path) -> ModelSplit:
-    """Import and lower `model` once for splitting (its kernels as `export` makes them)."""
+
+def split_model(model: Path, accelerators: list[Selected] | None = None) -> ModelSplit:
+    """Import and lower `model` once for splitting (its kernels as `export` makes them,
+    offloading to `accelerators` where they take an operator)."""
     mod, output_names = frontend.import_model(model, {})
-    lowered, input_names, names = lower_model(mod, "default", output_names, [])
+    lowered, input_names, names = lower_model(mod, "default", output_names,
+                                              accelerators or [])
     program = lowered.program
     macs = [lowered.kernel_macs.get(c.kernel) or 0 for c in program.calls]
     written = [sum(program.tensors[program.root(t)].nbytes for t in c.written)
                for c in program.calls]
     return ModelSplit(model, lowered, _tensor_names(program, input_names, names), macs,
-                      written)
+                      written, list(accelerators or []))
 
 
 def export_stages(model: Path, out_dir: Path, stages: int,
@@ -211,8 +224,12 @@ def write_stages(split: ModelSplit, out_dir: Path, cuts: list[int],
 def _tensor_names(program: Program, input_names: list[str],
                   output_names: list[str]) -> dict[int, str]:
     """Names for every tensor a stage may pass on: the model's own for its inputs and
-    outputs, `t<id>` for the others."""
-    names = {t.id: f"t{t.id}" for t in program.tensors}
+    outputs, `call<i>_out<j>` (the j-th tensor call i writes) for the others: the same in
+    lowerings of one model that make the same calls (with an accelerator or without)."""
+    names = {}
+    for i, call in enumerate(program.calls):
+        for j, tid in enumerate(call.written):
+            names.setdefault(program.root(tid), f"call{i}_out{j}")
     names.update(zip([program.root(t) for t in program.inputs], input_names, strict=True))
     names.update(zip([program.root(t) for t in program.outputs], output_names, strict=True))
     return names

@@ -5,17 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from generator.boards import load_board
 from generator.errors import InputError, ProjectError
+from generator.export.stages import ModelSplit
 from generator.pipeline import layout
 from generator.pipeline.plan import (
     LINK_COST,
     LinkCost,
     PipelinePlan,
+    ProcessingElement,
     call_costs,
     plan_pipeline,
     processing_element,
@@ -27,7 +30,16 @@ from generator.run import find_input
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
 
 
-def _pes(args: argparse.Namespace) -> tuple[list, int | None]:
+def _pe(text: str, args: argparse.Namespace) -> ProcessingElement:
+    """BOARD or BOARD+ACCELERATOR[+...]: a PE of that board whose stage offloads to those."""
+    board, *accelerators = [part.strip() for part in text.split("+")]
+    if not board or not all(accelerators):
+        raise InputError(f"--pes '{args.pes}': '{text}' is not BOARD or BOARD+ACCELERATOR")
+    return processing_element(load_board(board), args.pe_ram, args.pe_flash,
+                              tuple(accelerators))
+
+
+def _pes(args: argparse.Namespace) -> tuple[list[ProcessingElement], int | None]:
     """--pes N (with --board) or --pes B1,B2,...: the PEs and the count (None for a list)."""
     if args.pes is None:
         raise InputError("--pes is needed: how many PEs (with --board), or their boards")
@@ -36,8 +48,7 @@ def _pes(args: argparse.Namespace) -> tuple[list, int | None]:
         if not args.board:
             raise InputError("--pes N needs --board (or name one board per stage: "
                              "--pes B1,B2,...)")
-        board = load_board(args.board)
-        return [processing_element(board, args.pe_ram, args.pe_flash)], int(text)
+        return [_pe(args.board, args)], int(text)
     if args.board:
         raise InputError("--pes names the boards; leave out --board")
     if args.depth is not None:
@@ -45,20 +56,43 @@ def _pes(args: argparse.Namespace) -> tuple[list, int | None]:
     names = [n.strip() for n in text.split(",")]
     if not all(names):
         raise InputError(f"--pes '{args.pes}': a count, or board names separated by commas")
-    return [processing_element(load_board(n), args.pe_ram, args.pe_flash) for n in names], None
+    return [_pe(n, args) for n in names], None
 
 
-def _plan(args: argparse.Namespace) -> tuple[object, PipelinePlan]:
-    from generator.export.stages import split_model
+class Splits:
+    """The model lowered once per set of accelerators its PEs offload to."""
 
+    def __init__(self, model: Path, accelerator_path: list[Path]) -> None:
+        self.model = model
+        self.accelerator_path = accelerator_path
+        self._by_set: dict[tuple[str, ...], ModelSplit] = {}
+
+    def __call__(self, pe: ProcessingElement) -> ModelSplit:
+        from generator.accel import registry
+        from generator.export.stages import split_model
+
+        key = pe.accelerators
+        if key not in self._by_set:
+            selected = registry.select(None, list(key), [], self.accelerator_path) \
+                if key else []
+            split = split_model(self.model, selected)
+            if key and not split.aligned_with(self(replace(pe, accelerators=()))):
+                raise InputError(f"{pe.name}: offloading changes the model's kernel calls; "
+                                 "its stage cannot be cut where the others are")
+            self._by_set[key] = split
+        return self._by_set[key]
+
+
+def _plan(args: argparse.Namespace) -> tuple[Splits, PipelinePlan]:
     if not args.model.is_file():
         raise InputError(f"{args.model}: no such file")
     pes, count = _pes(args)
     progress(f"importing {args.model.name} and compiling its kernels with TVM")
-    split = split_model(args.model)
+    splits = Splits(args.model, args.accelerator_path)
+    split = splits(replace(pes[0], accelerators=()))
     costs, unit = call_costs(split, args.profile)
-    return split, plan_pipeline(split, costs, unit, pes, count, args.depth,
-                                _link_cost(args.link_cost))
+    return splits, plan_pipeline(split, costs, unit, pes, count, args.depth,
+                                 _link_cost(args.link_cost))
 
 
 def _link_cost(text: str | None) -> LinkCost:
@@ -83,7 +117,8 @@ def print_plan(plan: dict) -> None:
           f"{'time':>12} {'RAM':>8} {'of':>9} {'weights':>8}")
     for s in plan["stages"]:
         first, end = s["calls"]
-        print(f"  {s['index']:>5}  {first:>3}-{end - 1:<3}  {s['board']:<18} {s['cost']:>12,} "
+        board = "+".join((s["board"], *s.get("accelerators", [])))
+        print(f"  {s['index']:>5}  {first:>3}-{end - 1:<3}  {board:<18} {s['cost']:>12,} "
               f"{s['link_bytes']:>7,} {s['time']:>12,} {s['ram_bytes']:>8,} "
               f"{s['pe_stage_ram']:>9,} {s['weight_bytes']:>8,}")
     link = plan["link"]
@@ -150,7 +185,7 @@ def run(args: argparse.Namespace, emit_json: Callable[[dict], None]) -> int:
             raise ProjectError(f"{root} is a pipeline of {plan.get('model')}, not of "
                                f"{args.model.name}")
     else:
-        split, planned = _plan(args)
+        splits, planned = _plan(args)
         plan = planned.to_json()
         if args.plan_only:
             if args.json:
@@ -158,7 +193,7 @@ def run(args: argparse.Namespace, emit_json: Callable[[dict], None]) -> int:
             else:
                 print_plan(plan)
             return EXIT_OK
-        layout.create(split, planned, root, args.force, progress)
+        layout.create(splits, planned, root, args.force, progress)
     if not args.input:
         if args.json:
             emit_json({"plan": plan, "directory": str(root)})

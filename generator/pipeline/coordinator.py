@@ -53,13 +53,20 @@ class StageProject:
     board: Board
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
+    accelerators: list[str]
 
     @classmethod
     def load(cls, index: int, project_dir: Path) -> StageProject:
         project = load_project(project_dir)
         return cls(index, project_dir, board_of_project(project),
                    [TensorSpec.from_json(d) for d in project["module"]["inputs"]],
-                   [TensorSpec.from_json(d) for d in project["module"]["outputs"]])
+                   [TensorSpec.from_json(d) for d in project["module"]["outputs"]],
+                   [str(a.get("name")) for a in project.get("accelerators", [])])
+
+    @property
+    def pe_name(self) -> str:
+        """Its board, with the accelerators its firmware drives: board+name."""
+        return "+".join((self.board.name, *self.accelerators))
 
 
 @dataclass
@@ -124,11 +131,11 @@ class _Pe:
         self.counter = None
         self.client: AppClient | None = None
         self.in_flight: int | None = None
-        self.stats = PeStats(number, stage.index, replica, stage.board.name)
+        self.stats = PeStats(number, stage.index, replica, stage.pe_name)
 
     @property
     def name(self) -> str:
-        return f"PE {self.number} (stage {self.stage.index}, {self.stage.board.name})"
+        return f"PE {self.number} (stage {self.stage.index}, {self.stage.pe_name})"
 
     def start(self) -> None:
         board = self.stage.board

@@ -40,9 +40,10 @@ def stage_dir(root: Path, index: int) -> Path:
     return root / f"stage{index}"
 
 
-def create(split: ModelSplit, plan: PipelinePlan, out_dir: Path, force: bool,
-           progress: Callable[[str], None] | None = None) -> None:
-    """Every stage's archive and project in `out_dir`, then every project built."""
+def create(split_for: Callable[[ProcessingElement], ModelSplit], plan: PipelinePlan,
+           out_dir: Path, force: bool, progress: Callable[[str], None] | None = None) -> None:
+    """Every stage's archive (cut from `split_for(its PE)`: the model lowered with that
+    PE's accelerators) and project in `out_dir`, then every project built."""
     check_target_dir(out_dir, force)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
@@ -50,7 +51,8 @@ def create(split: ModelSplit, plan: PipelinePlan, out_dir: Path, force: bool,
         for stage in plan.stages:
             if progress:
                 progress(f"stage {stage.index}: calls {stage.first}-{stage.end - 1} for "
-                         f"{stage.pe.board.name}")
+                         f"{stage.pe.name}")
+            split = split_for(stage.pe)
             archive = partial / STAGE_ARCHIVE.format(index=stage.index)
             split.write(stage.first, stage.end, archive,
                         f"{split.model.name}, stage {stage.index} of {len(plan.stages)}")

@@ -65,6 +65,11 @@ class ProcessingElement:
     board: Board
     ram_bytes: int  # all of its RAM (the board file's, or less: --pe-ram)
     flash_bytes: int
+    accelerators: tuple[str, ...] = ()  # what its stage offloads to (board+name)
+
+    @property
+    def name(self) -> str:
+        return "+".join((self.board.name, *self.accelerators))
 
     @property
     def stage_ram(self) -> int:
@@ -79,8 +84,8 @@ class ProcessingElement:
         return need.ram <= self.stage_ram and need.weight_bytes <= self.stage_flash
 
 
-def processing_element(board: Board, ram: int | None = None,
-                       flash: int | None = None) -> ProcessingElement:
+def processing_element(board: Board, ram: int | None = None, flash: int | None = None,
+                       accelerators: tuple[str, ...] = ()) -> ProcessingElement:
     """A PE of `board`, its memory the board file's unless a smaller figure is given."""
     board_ram = board.ram_bytes if board.ram_bytes is not None else 1 << 40
     board_flash = board.flash_bytes if board.flash_bytes is not None else 1 << 40
@@ -88,7 +93,7 @@ def processing_element(board: Board, ram: int | None = None,
         if value is not None and not 0 < value <= limit:
             raise InputError(f"a PE's {what} of {value} bytes is not within the "
                              f"{board.name}'s {limit} bytes")
-    return ProcessingElement(board, ram or board_ram, flash or board_flash)
+    return ProcessingElement(board, ram or board_ram, flash or board_flash, accelerators)
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,7 @@ class PlannedStage:
                 "cost": self.cost,
                 "link_bytes": self.need.input_bytes + self.need.output_bytes,
                 "time": round(self.time(link)), "board": self.pe.board.name,
+                "accelerators": list(self.pe.accelerators),
                 "ram_bytes": self.need.ram, "activation_bytes": self.need.activation_bytes,
                 "input_bytes": self.need.input_bytes, "output_bytes": self.need.output_bytes,
                 "weight_bytes": self.need.weight_bytes, "pe_stage_ram": self.pe.stage_ram,
