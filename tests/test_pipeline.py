@@ -31,6 +31,7 @@ from generator.pipeline.plan import (
 from generator.pipeline.stream import run_stream
 from generator.run import run_project
 from tests.conftest import REPO, built_once, require_board_tools
+from tests.test_json_schemas import validate
 
 KWS = REPO / "tests" / "fixtures" / "models" / "mlperftiny_kws" / "kws_ref_model.tflite"
 BOARD = "qemu-mps2-an385"
@@ -111,7 +112,9 @@ def test_a_stage_must_fit_its_pe(kws_split):
 def test_plan_only_prints_and_writes_nothing(tmp_path, capsys):
     assert main(["pipeline", str(KWS), "--board", BOARD, "--pes", "64", "--plan-only",
                  "--link-cost", "50,20", "--json"]) == 0
-    plan = json.loads(capsys.readouterr().out)["plan"]
+    printed = json.loads(capsys.readouterr().out)
+    validate("pipeline", printed)
+    plan = printed["plan"]
     assert (plan["pes"], plan["pes_used"], plan["depth"]) == (64, 64, 1)
     assert plan["link"] == {"rx_per_byte": 50.0, "tx_per_byte": 20.0, "per_input": 0.0}
     assert main(["pipeline", str(KWS), "--board", BOARD, "--pes", "3", "--plan-only"]) == 0
@@ -240,6 +243,7 @@ def test_a_middle_pe_with_the_vanilla_accelerator(tmp_path, tmp_path_factory, ca
     assert main(["pipeline", str(KWS), "--pes", pes, "-o", str(tmp_path / "p"), "--input",
                  f"input_1={tmp_path / 'x.npy'}", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
+    validate("pipeline", record)
     assert [s["accelerators"] for s in record["plan"]["stages"]] == [[], ["vanilla"], []]
     whole = run_project(built_once(tmp_path_factory, KWS, BOARD), [{"input_1": s} for s in x])
     assert [o["Identity"] for o in record["outputs"]] == \
