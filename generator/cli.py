@@ -931,6 +931,11 @@ class Pipeline(Command):
                             help="balance by this project's last run --profile of the whole "
                                  "model (its build/profile.json, or the file); default: an "
                                  "estimate from MACs and bytes")
+        parser.add_argument("--split-layers", action=argparse.BooleanOptionalAction,
+                            default=True,
+                            help="compute a pointwise convolution's rows on two PEs where a "
+                                 "layer boundary leaves the stages unbalanced (TFLite models; "
+                                 "default on)")
         parser.add_argument("--pe-ram", type=int, metavar="BYTES",
                             help="each PE's RAM, if less than its board file's")
         parser.add_argument("--pe-flash", type=int, metavar="BYTES",

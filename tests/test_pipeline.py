@@ -26,9 +26,13 @@ from generator.pipeline.plan import (
     LINK_COST,
     call_costs,
     plan_pipeline,
+    plan_stages,
     processing_element,
 )
+from generator.pipeline.planning import Request, make_plan
+from generator.pipeline.refine import choose_row_splits, pointwise_calls
 from generator.pipeline.stream import run_stream
+from generator.project.generate import generate
 from generator.run import run_project
 from tests.conftest import REPO, built_once, require_board_tools
 from tests.test_json_schemas import validate
@@ -141,15 +145,63 @@ def test_bad_requests_are_one_line(argv, message, capsys):
 
 
 @pytest.fixture(scope="module")
-def kws_two_pes(tmp_path_factory, kws_split):
-    """kws split over 2 PEs of qemu-mps2-an385, generated and built once."""
+def kws_two_pes(tmp_path_factory):
+    """kws over 2 PEs of qemu-mps2-an385 as `pipeline` plans it (a layer split in rows),
+    generated and built once."""
     require_board_tools(BOARD)
+    splits, plan = make_plan(Request(KWS, [processing_element(load_board(BOARD))], 2))
+    assert plan.row_splits  # the estimate's best cut falls inside a pointwise layer
+    root = tmp_path_factory.mktemp("pipeline") / "kws2"
+    layout.create(splits, plan, root, force=False)
+    return root
+
+
+def test_a_layer_split_in_rows_is_the_same_layer(tmp_path_factory):
+    """kws with its second pointwise convolution computed as rows 0-14 and 15-24, joined:
+    five calls for one, byte-equal on the host."""
+    from generator.export import export_model
+    from generator.export.rowsplit import row_splits
+
+    require_board_tools("host")
+    archive = tmp_path_factory.mktemp("rows") / "kws_rows.tar"
+    with row_splits({1: 15}) as done:
+        export_model(KWS, archive)
+    assert done == [1]
+    project = archive.parent / "p"
+    generate(archive, "host", project)
+    x = _kws_inputs(3)
+    split = run_project(project, [{"input_1": s} for s in x])
+    whole = run_project(built_once(tmp_path_factory, KWS, "host"), [{"input_1": s} for s in x])
+    assert [o["Identity"].tobytes() for o in split.outputs] == \
+        [o["Identity"].tobytes() for o in whole.outputs]
+
+
+def test_row_splits_balance_what_layers_cannot(kws_split):
     pe = processing_element(load_board(BOARD))
     costs, unit = call_costs(kws_split, None)
-    plan = plan_pipeline(kws_split, costs, unit, [pe], 2)
-    root = tmp_path_factory.mktemp("pipeline") / "kws2"
-    layout.create(lambda pe: kws_split, plan, root, force=False)
-    return root
+    layers = plan_pipeline(kws_split, costs, unit, [pe], 4)
+
+    def period_of(candidate, candidate_costs):
+        tried = plan_stages(candidate, candidate_costs, unit, [pe] * 4, 1, 4, LINK_COST)
+        return tried.period, [st.first for st in tried.stages]
+
+    rows, split_costs = choose_row_splits(kws_split, costs, 3, period_of)
+    assert 1 <= len(rows) <= 3 and all(2 <= r <= 23 for r in rows.values())
+    # each split: five calls for one, the halves' costs summing to the layer's
+    assert len(split_costs) == len(costs) + 4 * len(rows)
+    assert period_of(*_simulate(kws_split, costs, rows))[0] < layers.period
+    assert pointwise_calls(kws_split.program)[0].call == 2  # kws: calls 2, 4, 6, 8
+
+
+def _simulate(split, costs, rows):
+    """`split` with `rows` simulated in order (what choose_row_splits returns)."""
+    from generator.pipeline.refine import _layer_bytes, simulated, split_costs
+
+    for ordinal, row in sorted(rows.items(), reverse=True):  # later layers first: indices hold
+        layer = pointwise_calls(split.program)[ordinal]
+        costs = split_costs(costs, layer, row, *_layer_bytes(split, layer))
+        split = simulated(split, layer, row)
+    return split, costs
 
 
 @pytest.mark.qemu

@@ -519,6 +519,15 @@ def _statement_kernel(in_shapes: list[tuple[int, ...]], out_shape: tuple[int, ..
     return Kernel(_func([*xs, out]), [])
 
 
+def rows(shape: tuple[int, ...], start: int, stop: int) -> Kernel:
+    """Rows [start, stop) of axis 1 of an int8 tensor (a copy: rows of NHWC with batch 1 are
+    contiguous, so this is one block of bytes)."""
+    x = te.placeholder(shape, "int8", "x")
+    out_shape = (shape[0], stop - start, *shape[2:])
+    out = te.compute(out_shape, lambda n, h, *rest: x[(n, h + start, *rest)], name="out")
+    return Kernel(_func([x, out]), [])
+
+
 def concat(shapes: list[tuple[int, ...]], axis: int) -> Kernel:
     """int8 tensors joined along `axis` (they share the output's quantization, as TFLite
     requires, so this is a copy)."""

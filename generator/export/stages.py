@@ -11,6 +11,7 @@ elements (a pipeline)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,9 +62,12 @@ def balanced_cuts(costs: list[int], stages: int, allowed: set[int],
             for j in range(k - 1, i):
                 if j != 0 and j not in allowed or best[k - 1][j] == inf:
                     continue
+                calls = prefix[i] - prefix[j]
+                if max(best[k - 1][j], calls) >= best[k][i]:
+                    continue  # no better even before its overhead: fits and overhead unasked
                 if fits is not None and not fits(j, i):
                     continue
-                own = prefix[i] - prefix[j] + (overhead(j, i) if overhead else 0)
+                own = calls + (overhead(j, i) if overhead else 0)
                 worst = max(best[k - 1][j], own)
                 if worst < best[k][i]:
                     best[k][i], cut[k][i] = worst, j
@@ -107,6 +111,11 @@ class ModelSplit:
     @property
     def program(self) -> Program:
         return self.lowered.program
+
+    @functools.cached_property
+    def sizes(self) -> list[int]:
+        """Every tensor's bytes, by id."""
+        return [t.nbytes for t in self.program.tensors]
 
     @property
     def calls(self) -> int:
@@ -152,7 +161,7 @@ class ModelSplit:
     def need(self, first: int, end: int, exact: bool = False) -> StageNeed:
         """The memory of calls [first, end) as one stage."""
         sub, _, _ = self.stage_program(first, end)
-        size = {t.id: t.nbytes for t in sub.tensors}
+        size = self.sizes
         outputs = {sub.root(t) for t in sub.outputs}
         intervals = ccode.pool_intervals(sub, outputs)  # outputs: in their buffers
         activations = plan(intervals).pool_bytes if exact else lower_bound(intervals)

@@ -5,24 +5,21 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from generator.boards import load_board
 from generator.errors import InputError, ProjectError
-from generator.export.stages import ModelSplit
 from generator.pipeline import layout
 from generator.pipeline.plan import (
     LINK_COST,
     LinkCost,
     PipelinePlan,
     ProcessingElement,
-    call_costs,
-    plan_pipeline,
     processing_element,
 )
+from generator.pipeline.planning import Request, Splits, make_plan
 from generator.pipeline.stream import StreamReport, run_stream
 from generator.progress import progress
 from generator.run import find_input
@@ -59,40 +56,11 @@ def _pes(args: argparse.Namespace) -> tuple[list[ProcessingElement], int | None]
     return [_pe(n, args) for n in names], None
 
 
-class Splits:
-    """The model lowered once per set of accelerators its PEs offload to."""
-
-    def __init__(self, model: Path, accelerator_path: list[Path]) -> None:
-        self.model = model
-        self.accelerator_path = accelerator_path
-        self._by_set: dict[tuple[str, ...], ModelSplit] = {}
-
-    def __call__(self, pe: ProcessingElement) -> ModelSplit:
-        from generator.accel import registry
-        from generator.export.stages import split_model
-
-        key = pe.accelerators
-        if key not in self._by_set:
-            selected = registry.select(None, list(key), [], self.accelerator_path) \
-                if key else []
-            split = split_model(self.model, selected)
-            if key and not split.aligned_with(self(replace(pe, accelerators=()))):
-                raise InputError(f"{pe.name}: offloading changes the model's kernel calls; "
-                                 "its stage cannot be cut where the others are")
-            self._by_set[key] = split
-        return self._by_set[key]
-
-
 def _plan(args: argparse.Namespace) -> tuple[Splits, PipelinePlan]:
-    if not args.model.is_file():
-        raise InputError(f"{args.model}: no such file")
     pes, count = _pes(args)
-    progress(f"importing {args.model.name} and compiling its kernels with TVM")
-    splits = Splits(args.model, args.accelerator_path)
-    split = splits(replace(pes[0], accelerators=()))
-    costs, unit = call_costs(split, args.profile)
-    return splits, plan_pipeline(split, costs, unit, pes, count, args.depth,
-                                 _link_cost(args.link_cost))
+    return make_plan(Request(args.model, pes, count, args.depth, args.profile,
+                             _link_cost(args.link_cost), args.split_layers,
+                             tuple(args.accelerator_path)))
 
 
 def _link_cost(text: str | None) -> LinkCost:

@@ -13,7 +13,7 @@ depth that gives the most throughput (then the least latency, then the fewest PE
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from generator.boards import Board
@@ -130,6 +130,8 @@ class PipelinePlan:
     unit: str  # "instructions" (a profile's) or "estimated instructions"
     single: float  # one PE running the whole model, per input, its link included
     link: LinkCost
+    # pointwise convolutions computed in two row halves (ordinal → row; refine.py)
+    row_splits: dict[int, int] = field(default_factory=dict)
 
     @property
     def pes_used(self) -> int:
@@ -156,6 +158,7 @@ class PipelinePlan:
                 "period": round(self.period), "latency": round(self.latency),
                 "speedup": round(self.speedup, 3),
                 "link": self.link.to_json(),
+                "row_splits": {str(k): v for k, v in sorted(self.row_splits.items())},
                 "stages": [s.to_json(self.link) for s in self.stages]}
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from generator.errors import ExportError
-from generator.export import qkernels
+from generator.export import qkernels, rowsplit
 from generator.export.quantize import QuantReport
 
 # the converters register themselves; earlier modules are tried first for an operator
@@ -161,6 +161,7 @@ def _build(model: TfModel, stop_at_first: bool, param_names: list[str] | None = 
 
     bb = relax.BlockBuilder()
     ctx = Context(model, bb)
+    rowsplit.new_model()  # the row splits asked for count this model's layers from 0
     params = []
     for n, i in enumerate(model.inputs):
         t = model.tensors[i]

@@ -11,6 +11,7 @@ from generator.export import qkernels
 from generator.export.fixedpoint import softmax_params
 from generator.export.quantize import _requant as requantization
 from generator.export.quantize import _requant_arrays, _zero_points
+from generator.export.rowsplit import is_pointwise, split_row
 from generator.export.tflite.convert import (
     UINT8_OFFSET,
     Context,
@@ -97,9 +98,15 @@ def conv2d(ctx: Context, op: TfOp) -> None:
     adjusted = bias - x.zero * sums
     requant = requantization(x.scale, _scales(scales, cout), out.scale, out.zero,
                              activation_range(act, out.scale, out.zero), uint8=w_uint8)
+    kind = "depthwise_conv2d" if depthwise else "conv2d"
+    if not depthwise and strides == (1, 1) and not any(pads) \
+            and is_pointwise(x_t.shape, w_t.shape, out_t.shape):
+        row = split_row()
+        if row is not None and 0 < row < x_t.shape[1]:
+            return _split_conv(ctx, x_t, out_t, weights, adjusted, requant, x.zero, w_zero,
+                               row)
     kernel = qkernels.conv2d_nhwc(x_t.shape, weights, adjusted, out_t.shape, strides, pads,
                                   dilation, x.zero, requant, depthwise, w_zero)
-    kind = "depthwise_conv2d" if depthwise else "conv2d"
     qop = None
     if not w_zero and x_t.shape[0] == 1:
         qop = QuantizedOp(kind, (x_t.shape,), out_t.shape, {
@@ -108,6 +115,33 @@ def conv2d(ctx: Context, op: TfOp) -> None:
             {"weights": weights.astype(np.int8), "bias": bias.astype(np.int32),
              **_requant_arrays(requant, cout)})
     ctx.kernel(kind, kernel, [ctx.value(x_t)], out_t, op=qop)
+
+
+def _split_conv(ctx: Context, x_t: TfTensor, out_t: TfTensor, weights, bias, requant,
+                x_zero: int, w_zero: int, row: int) -> None:
+    """A pointwise convolution over input rows [0, row) and [row, H), joined
+    (generator/export/rowsplit.py: the order of the calls is what a pipeline cuts)."""
+    n, h, w, _ = x_t.shape
+    x = ctx.value(x_t)
+    parts = []
+    for start, stop in ((0, row), (row, h)):
+        # opaque: FuseOps would fuse the copies back into the convolutions, one call again
+        part = qkernels.rows(x_t.shape, start, stop).with_attr(
+            "op_pattern", qkernels.OP_PATTERN_OPAQUE)
+        shape = (n, stop - start, *x_t.shape[2:])
+        parts.append((ctx.kernel("rows", part, [x], out_t, out_shape=shape, set_out=False),
+                      stop - start))
+    outs = []
+    for value, height in parts:
+        shape = (n, height, w, out_t.shape[3])
+        kernel = qkernels.conv2d_nhwc((n, height, w, x_t.shape[3]), weights, bias, shape,
+                                      (1, 1), (0, 0, 0, 0), (1, 1), x_zero, requant, False,
+                                      w_zero)
+        outs.append((ctx.kernel("conv2d", kernel, [value], out_t, out_shape=shape,
+                                set_out=False), shape))
+    join = qkernels.concat([shape for _, shape in outs], 1).with_attr(
+        "op_pattern", qkernels.OP_PATTERN_OPAQUE)
+    ctx.kernel("concat", join, [value for value, _ in outs], out_t)
 
 
 def _float_conv(ctx: Context, op: TfOp, x_t, w_t, b_t, out_t, strides, dilation, pads,
