@@ -42,6 +42,7 @@ from generator.pipeline.plan import (  # noqa: E402
     plan_pipeline,
     processing_element,
 )
+from generator.pipeline.planning import Request, make_plan  # noqa: E402
 from generator.pipeline.stream import run_stream  # noqa: E402
 from generator.project.generate import generate  # noqa: E402
 from generator.report.profile import call_times, save_profile  # noqa: E402
@@ -51,8 +52,9 @@ BOARD = "qemu-mps2-an385"
 KWS = REPO / "tests" / "fixtures" / "models" / "mlperftiny_kws" / "kws_ref_model.tflite"
 VWW = REPO / "tests" / "fixtures" / "models" / "corpus" / "mlperf_vww_int8" / "vww_96_int8.tflite"
 SHARED_KWS_VECTORS = ("mlf", "etiss-kws-aot-usmp-tvm0.16", "testdata")
-# (PEs, depth): depth x replicas = PEs
-CONFIGS = [(1, 1), (2, 2), (3, 3), (4, 4), (4, 2)]
+# (PEs, depth, layers split in rows): depth x replicas = PEs
+CONFIGS = [(1, 1, False), (2, 2, False), (2, 2, True), (3, 3, True), (4, 4, False),
+           (4, 4, True), (4, 2, True)]
 # VWW on PEs with this much RAM (the board's 64 KiB stack included): too little for the whole
 # model's 82,946 B of buffers, enough for two stages'.
 VWW_PE_RAM = 140_000
@@ -92,10 +94,10 @@ def profiled_costs(work: Path, model: Path, x: np.ndarray) -> Path:
     return project
 
 
-def stream(work: Path, name: str, split, plan, x: np.ndarray) -> tuple:
+def stream(work: Path, name: str, splits, plan, x: np.ndarray) -> tuple:
     """`x` (samples of the model's one input) through the pipeline `plan`."""
     root = work / name
-    layout.create(lambda pe: split, plan, root, force=True)
+    layout.create(splits, plan, root, force=True)
     record, stages = layout.load(root)
     report = run_stream(root, {stages[0].inputs[0].name: x}, resume=False, timeout=120)
     return report, record
@@ -103,16 +105,15 @@ def stream(work: Path, name: str, split, plan, x: np.ndarray) -> tuple:
 
 def throughput_rows(work: Path, count: int) -> tuple[list[str], list[str]]:
     x = kws_inputs(count)
-    split = split_model(KWS)
     profile = profiled_costs(work, KWS, x)
-    costs, unit = call_costs(split, profile)
     pe = processing_element(load_board(BOARD))
     rows, link_rows = [], []
     single = reference = None
-    measured_link: dict[str, tuple[int, int, float]] = {}
-    for pes, depth in CONFIGS:
-        plan = plan_pipeline(split, costs, unit, [pe], pes, depth)
-        report, record = stream(work, f"kws-{pes}-{depth}", split, plan, x)
+    measured_link: dict[tuple[int, int], float] = {}
+    for pes, depth, split_layers in CONFIGS:
+        splits, plan = make_plan(Request(KWS, [pe], pes, depth, profile,
+                                         split_layers=split_layers))
+        report, record = stream(work, f"kws-{pes}-{depth}-{split_layers}", splits, plan, x)
         outs = [o[0].tobytes() for o in report.outputs]
         if reference is None:
             reference, single = outs, report.period
@@ -120,17 +121,17 @@ def throughput_rows(work: Path, count: int) -> tuple[list[str], list[str]]:
         stage_times = [pe_.per_input for pe_ in report.pes if pe_.replica == 0]
         for pe_, stage in zip(report.pes, record["stages"], strict=False):
             link = pe_.per_input - pe_.run_count / pe_.inputs
-            measured_link[f"{stage['input_bytes']} in, {stage['output_bytes']} out"] = \
-                (stage["input_bytes"], stage["output_bytes"], link)
+            measured_link[stage["input_bytes"], stage["output_bytes"]] = link
         balance = min(stage_times) / max(stage_times)
         speedup = plan.replicas * single / report.period
-        rows.append(f"| {pes} | {depth} x {plan.replicas} | "
+        layers = ", ".join(f"#{k} at row {v}" for k, v in sorted(plan.row_splits.items())) \
+            or "-"
+        rows.append(f"| {pes} | {depth} x {plan.replicas} | {layers} | "
                     + " / ".join(f"{t:,.0f}" for t in stage_times)
                     + f" | {balance:.2f} | {report.period:,.0f} | {report.latency:,.0f} | "
                     f"**{speedup:.2f}** | {plan.period:,.0f} | {plan.speedup:.2f} |")
-    for rx, tx, link in sorted(measured_link.values()):
-        model = LINK_COST.of(rx, tx)
-        link_rows.append(f"| {rx:,} | {tx:,} | {link:,.0f} | {model:,.0f} |")
+    for (rx, tx), link in sorted(measured_link.items()):
+        link_rows.append(f"| {rx:,} | {tx:,} | {link:,.0f} | {LINK_COST.of(rx, tx):,.0f} |")
     return rows, link_rows
 
 
@@ -144,9 +145,9 @@ def memory_rows(work: Path) -> list[str]:
     depth = next(d for d in range(1, split.calls + 1) if _fits(split, costs, unit, small, d))
     plan = plan_pipeline(split, costs, unit, [small], depth)
     x = np.random.default_rng(7).integers(-128, 128, (2, 1, 96, 96, 3), np.int8)
-    report, record = stream(work, "vww-small", split, plan, x)
+    report, record = stream(work, "vww-small", lambda pe: split, plan, x)
     big = plan_pipeline(split, costs, unit, [processing_element(board)], 1)
-    one, _ = stream(work, "vww-one", split, big, x)
+    one, _ = stream(work, "vww-one", lambda pe: split, big, x)
     assert [o[0].tobytes() for o in report.outputs] == [o[0].tobytes() for o in one.outputs]
     rows = [f"| whole model | {whole.ram:,} | - | - | does not fit "
             f"({small.stage_ram:,} B for buffers) |"]
@@ -178,10 +179,11 @@ def main() -> int:
         work = Path(tmp)
         rows, link_rows = throughput_rows(work, args.inputs)
         memory = memory_rows(work)
-    head = ("| PEs | depth x replicas | instructions per input, by stage | balance | period | "
-            "latency | throughput (x one PE) | predicted period | predicted throughput |")
+    head = ("| PEs | depth x replicas | layers split (pointwise #, row) | instructions per "
+            "input, by stage | balance | period | latency | throughput (x one PE) | "
+            "predicted period | predicted throughput |")
     tables = {
-        "throughput": [head, "|" + "---|" * 9, *rows],
+        "throughput": [head, "|" + "---|" * 10, *rows],
         "link": ["| bytes in | bytes out | measured link instructions per input | model |",
                  "|---|---|---|---|", *link_rows],
         "memory": ["| part | buffers (plan) | firmware RAM (ELF + stack) | firmware flash | "
