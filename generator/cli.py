@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from generator import __version__, hints
 from generator.errors import InputError, MtgError
+from generator.input_files import load_input_file, parse_input_spec
 from generator.outpaths import DIRECTORY, FILE, check_output
 from generator.progress import progress, use_stream
 
@@ -567,27 +568,6 @@ class Build(Command):
                 print(f"workspace arena {_fmt_bytes(result.arena_bytes)} reserved for "
                       f"{_fmt_bytes(result.workspace_size_bytes)} the archive says it needs")
         return EXIT_OK
-
-
-def parse_input_spec(text: str) -> tuple[str, Path]:
-    name, sep, file = text.partition("=")
-    if not sep or not name or not file:
-        raise InputError(f"--input '{text}': expected NAME=FILE")
-    return name, Path(file)
-
-
-def load_input_file(path: Path, dtype: str) -> np.ndarray:
-    import numpy as np
-
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    if path.suffix == ".npy":
-        try:
-            return np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise InputError(f"{path}: not a readable .npy file ({exc})") from exc
-    raw = np.frombuffer(path.read_bytes(), dtype=np.dtype(dtype).newbyteorder("<"))
-    return raw.astype(dtype)
 
 
 def samples_of(array: np.ndarray, tensor: TensorSpec, path: Path, batch: bool) -> np.ndarray:

@@ -11,6 +11,7 @@ import numpy as np
 
 from generator.boards import load_board
 from generator.errors import InputError, ProjectError
+from generator.input_files import load_input_file, parse_input_spec
 from generator.pipeline import layout
 from generator.pipeline.plan import (
     LINK_COST,
@@ -97,8 +98,6 @@ def print_plan(plan: dict) -> None:
 
 
 def _arrays(args: argparse.Namespace, root: Path) -> dict[str, np.ndarray]:
-    from generator.cli import load_input_file, parse_input_spec
-
     _, stages = layout.load(root)
     arrays: dict[str, np.ndarray] = {}
     for spec in args.input:

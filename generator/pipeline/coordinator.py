@@ -19,6 +19,7 @@ import queue
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ from generator.toolchain import BUILD_DIR, FIRMWARE
 
 IN_FLIGHT = 2  # inputs queued before each PE, beside the one it works on
 POLL_SECONDS = 0.2  # how often waiting threads look whether the pipeline stopped
+PROGRESS_SECONDS = 1.0  # at most one "input i done" line a second (and the first, the last)
 _STOP = None  # the end of the stream, in a queue
 
 
@@ -170,9 +172,9 @@ class _Pe:
             status = abi.describe_status(result.status, RUN_STATUSES)
             raise DeviceError(f"its stage returned status {status}"
                               + (f": {result.message}" if result.message else ""))
-        time = timing(self.stage.board, result.ticks, result.hz)
-        self.stats.run_count += time.count
-        self.stats.unit = time.unit
+        measured = timing(self.stage.board, result.ticks, result.hz)
+        self.stats.run_count += measured.count
+        self.stats.unit = measured.unit
         out = dict(values)
         for i, spec in enumerate(self.stage.outputs):
             raw = client.get_output(i, spec.size_bytes)
@@ -302,6 +304,7 @@ class Coordinator:
             feeder = threading.Thread(target=self._feed, args=(samples, firsts), daemon=True)
             feeder.start()
             ends = 0
+            shown = time.monotonic()
             while ends < self.replicas and not self._stopped.is_set():
                 try:
                     item = results.get(timeout=POLL_SECONDS)
@@ -315,8 +318,10 @@ class Coordinator:
                 outputs[index] = final
                 if on_output:
                     on_output(index, final)
-                if progress:
+                if progress and (len(outputs) in (1, len(samples))
+                                 or time.monotonic() - shown >= PROGRESS_SECONDS):
                     progress(f"input {index} done ({len(outputs)}/{len(samples)})")
+                    shown = time.monotonic()
         except KeyboardInterrupt:
             interrupted = True
         finally:

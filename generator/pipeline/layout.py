@@ -6,15 +6,15 @@
     DIR/results/NNNNN.npz  the outputs of input NNNNN, written as each leaves the pipeline
                            (a rerun with --resume skips the inputs found here)
 
-The directory is made whole in a sibling folder and renamed into place: a failed
-generation leaves nothing behind.
+The stages are generated in a staging folder inside DIR and moved into place when all are;
+a failed generation, a failed build or a firmware over its PE's memory leaves nothing
+behind.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +26,7 @@ from generator.errors import ProjectError
 from generator.export.stages import STAGE_ARCHIVE, ModelSplit
 from generator.pipeline.coordinator import StageProject
 from generator.pipeline.plan import PipelinePlan, ProcessingElement
-from generator.project.atomic_write import check_target_dir
+from generator.project.atomic_write import STAGING_NAME, check_target_dir, move_into_place
 from generator.project.generate import generate
 from generator.run import ensure_built
 from generator.toolchain import BUILD_DIR, FIRMWARE
@@ -45,24 +45,25 @@ def create(split_for: Callable[[ProcessingElement], ModelSplit], plan: PipelineP
     """Every stage's archive (cut from `split_for(its PE)`: the model lowered with that
     PE's accelerators) and project in `out_dir`, then every project built."""
     check_target_dir(out_dir, force)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+    created = not out_dir.exists()
+    staging = out_dir / STAGING_NAME  # inside DIR: nothing is written beside it
     try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
         for stage in plan.stages:
             if progress:
                 progress(f"stage {stage.index}: calls {stage.first}-{stage.end - 1} for "
                          f"{stage.pe.name}")
             split = split_for(stage.pe)
-            archive = partial / STAGE_ARCHIVE.format(index=stage.index)
+            archive = staging / STAGE_ARCHIVE.format(index=stage.index)
             split.write(stage.first, stage.end, archive,
                         f"{split.model.name}, stage {stage.index} of {len(plan.stages)}")
-            generate(archive, stage.pe.board.name, stage_dir(partial, stage.index))
-        (partial / PLAN_FILE).write_text(json.dumps(plan.to_json(), indent=2) + "\n")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        partial.rename(out_dir)
+            generate(archive, stage.pe.board.name, stage_dir(staging, stage.index))
+        (staging / PLAN_FILE).write_text(json.dumps(plan.to_json(), indent=2) + "\n")
+        move_into_place(out_dir, staging)  # --force: the old pipeline goes
     except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(out_dir if created else staging, ignore_errors=True)
         raise
     try:
         firmware = []

@@ -74,8 +74,9 @@ def run_stream(root: Path, arrays: dict[str, np.ndarray], resume: bool, timeout:
     specs = stages[-1].outputs
     if not resume:
         layout.clear_results(root)
-    skipped = sorted(layout.done_inputs(root, len(samples)))
-    todo = {i: s for i, s in enumerate(samples) if i not in set(skipped)}
+    done_before = layout.done_inputs(root, len(samples))
+    skipped = sorted(done_before)
+    todo = {i: s for i, s in enumerate(samples) if i not in done_before}
 
     def keep(index: int, outputs: dict[str, np.ndarray]) -> None:
         ordered = [outputs[s.name] for s in specs]

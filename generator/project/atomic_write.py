@@ -37,19 +37,25 @@ def write_atomically(out_dir: Path, rendered: dict[str, bytes]) -> None:
             dest.write_bytes(data)
             if rel.endswith(EXECUTABLE_SUFFIXES):
                 dest.chmod(0o755)
-        for old in out_dir.iterdir():
-            if old.name == STAGING_NAME:
-                continue
-            if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old)
-            else:
-                old.unlink()
-        for item in sorted(staging.iterdir()):
-            item.rename(out_dir / item.name)
-        staging.rmdir()
+        move_into_place(out_dir, staging)
     except BaseException:
         if created:
             shutil.rmtree(out_dir, ignore_errors=True)
         else:
             shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def move_into_place(out_dir: Path, staging: Path) -> None:
+    """Replace everything in `out_dir` but `staging` (a folder inside it) with what
+    `staging` holds, then remove `staging`."""
+    for old in out_dir.iterdir():
+        if old.name == staging.name:
+            continue
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old)
+        else:
+            old.unlink()
+    for item in sorted(staging.iterdir()):
+        item.rename(out_dir / item.name)
+    staging.rmdir()
