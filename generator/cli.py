@@ -941,6 +941,12 @@ class Pipeline(Command):
         parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
                             help="a PE that does not answer within S seconds stops the "
                                  "pipeline (default 60)")
+        parser.add_argument("--tracker", metavar="HOST:PORT",
+                            help="PEs from this stock RPC tracker ('serve --accept-firmware "
+                                 "--tracker ... --key K' devices): each stage runs host-driven "
+                                 "there")
+        parser.add_argument("--key", default="micro",
+                            help="the tracker key of the PEs (default 'micro')")
         add_accelerator_path(parser)
 
     def do_run(self, args):

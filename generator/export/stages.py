@@ -22,6 +22,7 @@ from generator.export import ccode, frontend
 from generator.export.api import lower_model, write_lowered
 from generator.export.lower import Lowered, Program
 from generator.export.planner import lower_bound, plan
+from generator.export.rowsplit import row_splits
 
 STAGE_ARCHIVE = "stage{index}.tar"
 
@@ -107,6 +108,7 @@ class ModelSplit:
     macs: list[int]  # per call
     written_bytes: list[int]  # per call: the bytes it writes
     accelerators: list[Selected] = dataclasses.field(default_factory=list)
+    rows: dict[int, int] = dataclasses.field(default_factory=dict)  # layers split in rows
 
     @property
     def program(self) -> Program:
@@ -189,18 +191,21 @@ class ModelSplit:
             for a, b in zip(mine.calls, theirs.calls, strict=True))
 
 
-def split_model(model: Path, accelerators: list[Selected] | None = None) -> ModelSplit:
+def split_model(model: Path, accelerators: list[Selected] | None = None,
+                rows: dict[int, int] | None = None) -> ModelSplit:
     """Import and lower `model` once for splitting (its kernels as `export` makes them,
-    offloading to `accelerators` where they take an operator)."""
-    mod, output_names = frontend.import_model(model, {})
-    lowered, input_names, names = lower_model(mod, "default", output_names,
-                                              accelerators or [])
+    offloading to `accelerators` where they take an operator, the pointwise layers `rows`
+    names split in rows: generator/export/rowsplit.py)."""
+    with row_splits(rows or {}):
+        mod, output_names = frontend.import_model(model, {})
+        lowered, input_names, names = lower_model(mod, "default", output_names,
+                                                  accelerators or [])
     program = lowered.program
     macs = [lowered.kernel_macs.get(c.kernel) or 0 for c in program.calls]
     written = [sum(program.tensors[program.root(t)].nbytes for t in c.written)
                for c in program.calls]
     return ModelSplit(model, lowered, _tensor_names(program, input_names, names), macs,
-                      written, list(accelerators or []))
+                      written, list(accelerators or []), dict(rows or {}))
 
 
 def export_stages(model: Path, out_dir: Path, stages: int,

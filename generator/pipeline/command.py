@@ -21,8 +21,9 @@ from generator.pipeline.plan import (
     processing_element,
 )
 from generator.pipeline.planning import Request, Splits, make_plan
-from generator.pipeline.stream import StreamReport, run_stream
+from generator.pipeline.stream import StreamReport, Tracker, run_stream, stages_of
 from generator.progress import progress
+from generator.rpc.tracker import parse_tracker_address
 from generator.run import find_input
 
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
@@ -97,8 +98,7 @@ def print_plan(plan: dict) -> None:
           f"{link['tx_per_byte']:g} out, {link['per_input']:g} per input)")
 
 
-def _arrays(args: argparse.Namespace, root: Path) -> dict[str, np.ndarray]:
-    _, stages = layout.load(root)
+def _arrays(args: argparse.Namespace, stages: list) -> dict[str, np.ndarray]:
     arrays: dict[str, np.ndarray] = {}
     for spec in args.input:
         name, path = parse_input_spec(spec)
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace, emit_json: Callable[[dict], None]) -> int:
     if args.resume and not args.input:
         raise InputError("--resume continues a stream: give its --input files")
     if reuse:
-        plan, _ = layout.load(root)
+        plan = layout.load_plan(root)
         if plan.get("model") != args.model.name:
             raise ProjectError(f"{root} is a pipeline of {plan.get('model')}, not of "
                                f"{args.model.name}")
@@ -160,7 +160,8 @@ def run(args: argparse.Namespace, emit_json: Callable[[dict], None]) -> int:
             else:
                 print_plan(plan)
             return EXIT_OK
-        layout.create(splits, planned, root, args.force, progress)
+        layout.create(splits, planned, root, args.force, progress,
+                      host_driven=args.tracker is not None)
     if not args.input:
         if args.json:
             emit_json({"plan": plan, "directory": str(root)})
@@ -168,7 +169,10 @@ def run(args: argparse.Namespace, emit_json: Callable[[dict], None]) -> int:
             print_plan(plan)
             print(f"wrote {root}")
         return EXIT_OK
-    arrays = _arrays(args, root)
+    tracker = Tracker(parse_tracker_address(args.tracker), args.key, args.model) \
+        if args.tracker else None
+    staged = stages_of(root, tracker, args.timeout)
+    arrays = _arrays(args, staged[1])
 
     def show(index: int, outputs: list[np.ndarray]) -> None:
         if not args.json:
@@ -177,7 +181,8 @@ def run(args: argparse.Namespace, emit_json: Callable[[dict], None]) -> int:
             print(f"[{index}] {shown}")
             sys.stdout.flush()
 
-    report = run_stream(root, arrays, args.resume, args.timeout, progress, show)
+    report = run_stream(root, arrays, args.resume, args.timeout, progress, show, tracker,
+                        staged)
     written = _write_outputs(report, args.output_dir) if args.output_dir and report.outputs \
         else []
     if args.json:

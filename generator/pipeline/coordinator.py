@@ -117,23 +117,32 @@ class _Failure:
     message: str
 
 
-class _Pe:
-    """One PE: its stage, its device and the thread that feeds it."""
+class Pe:
+    """A PE as the coordinator sees it: its stage, its place in the pipeline (the queue it
+    takes inputs from, the one it hands outputs to), what it did. Subclasses talk to the
+    device: start, connect, work, finish, terminate, close."""
 
-    def __init__(self, number: int, stage: StageProject, replica: int, workdir: Path,
-                 timeout: float) -> None:
+    def __init__(self, number: int, stage, replica: int) -> None:
         self.number = number
         self.stage = stage
         self.replica = replica
-        self.workdir = workdir
-        self.timeout = timeout
         self.inbox: queue.Queue = queue.Queue(maxsize=IN_FLIGHT)
         self.outbox: queue.Queue | None = None  # the next stage's inbox, or the results
+        self.in_flight: int | None = None
+        self.stats = PeStats(number, stage.index, replica, stage.pe_name)
+
+
+class _Pe(Pe):
+    """A PE this machine starts: the stage's standalone firmware, over its framed link."""
+
+    def __init__(self, number: int, stage: StageProject, replica: int, workdir: Path,
+                 timeout: float) -> None:
+        super().__init__(number, stage, replica)
+        self.workdir = workdir
+        self.timeout = timeout
         self.device = None
         self.counter = None
         self.client: AppClient | None = None
-        self.in_flight: int | None = None
-        self.stats = PeStats(number, stage.index, replica, stage.pe_name)
 
     @property
     def name(self) -> str:
@@ -143,8 +152,9 @@ class _Pe:
         board = self.stage.board
         link = link_of(board)
         if not link.runs_locally:
-            raise PipelineError(f"{self.name}: a pipeline starts every PE itself; board "
-                                f"'{board.name}' {link.where}")
+            raise DeviceError(f"a pipeline starts every PE itself, and board '{board.name}' "
+                              f"{link.where} (PEs elsewhere: serve them under a tracker key, "
+                              "pipeline --tracker)")
         elf = self.stage.project_dir / BUILD_DIR / FIRMWARE
         self.device, self.counter = link.open_counted(board, elf, self.workdir)
 
@@ -208,14 +218,20 @@ class _Pe:
             self.device.close(hung=True)
 
 
+# make_pe(number, stage, replica, workdir): a PE for `stage` (default: _Pe, this machine's)
+PeFactory = Callable[[int, object, int, Path], object]
+
+
 class Coordinator:
     """Runs a stream of inputs through `stages` on `replicas` copies of the pipeline."""
 
-    def __init__(self, stages: list[StageProject], replicas: int = 1,
-                 timeout: float = 60.0) -> None:
+    def __init__(self, stages: list, replicas: int = 1, timeout: float = 60.0,
+                 make_pe: PeFactory | None = None) -> None:
         self.stages = stages
         self.replicas = replicas
         self.timeout = timeout
+        self.make_pe = make_pe or (lambda number, stage, replica, workdir:
+                                   _Pe(number, stage, replica, workdir, timeout))
         self._failure: _Failure | None = None
         self._stopped = threading.Event()
         self._lock = threading.Lock()
@@ -270,7 +286,7 @@ class Coordinator:
             progress: Callable[[str], None] | None = None) -> StreamResult:
         """Every sample (by its index) through the pipeline; `on_output` as each leaves."""
         workroot = Path(tempfile.mkdtemp(prefix="mtvg-pipe-"))  # short: QMP socket paths
-        pes: list[_Pe] = []
+        pes: list = []
         results: queue.Queue = queue.Queue()
         outputs: dict[int, dict[str, np.ndarray]] = {}
         threads: list[threading.Thread] = []
@@ -281,7 +297,7 @@ class Coordinator:
                 for stage in self.stages:
                     workdir = workroot / f"pe{len(pes)}"
                     workdir.mkdir()
-                    pe = _Pe(len(pes), stage, replica, workdir, self.timeout)
+                    pe = self.make_pe(len(pes), stage, replica, workdir)
                     pes.append(pe)
                     chain.append(pe)
                 for before, after in zip(chain, chain[1:], strict=False):
@@ -290,7 +306,10 @@ class Coordinator:
             if progress:
                 progress(f"starting {len(pes)} PEs")
             for pe in pes:
-                pe.start()
+                try:
+                    pe.start()
+                except MtgError as exc:
+                    raise PipelineError(f"{pe.name}: {exc.one_line()}") from None
             for pe in pes:
                 try:
                     pe.connect()

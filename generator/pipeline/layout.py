@@ -41,9 +41,12 @@ def stage_dir(root: Path, index: int) -> Path:
 
 
 def create(split_for: Callable[[ProcessingElement], ModelSplit], plan: PipelinePlan,
-           out_dir: Path, force: bool, progress: Callable[[str], None] | None = None) -> None:
+           out_dir: Path, force: bool, progress: Callable[[str], None] | None = None,
+           host_driven: bool = False) -> None:
     """Every stage's archive (cut from `split_for(its PE)`: the model lowered with that
-    PE's accelerators) and project in `out_dir`, then every project built."""
+    PE's accelerators) and project in `out_dir`, then every project built. `host_driven`:
+    each stage's project is host-driven firmware of its kernels, for PEs a tracker hands
+    out (generator/pipeline/remote.py)."""
     check_target_dir(out_dir, force)
     created = not out_dir.exists()
     staging = out_dir / STAGING_NAME  # inside DIR: nothing is written beside it
@@ -59,8 +62,21 @@ def create(split_for: Callable[[ProcessingElement], ModelSplit], plan: PipelineP
             archive = staging / STAGE_ARCHIVE.format(index=stage.index)
             split.write(stage.first, stage.end, archive,
                         f"{split.model.name}, stage {stage.index} of {len(plan.stages)}")
-            generate(archive, stage.pe.board.name, stage_dir(staging, stage.index))
-        (staging / PLAN_FILE).write_text(json.dumps(plan.to_json(), indent=2) + "\n")
+            definitions = {}
+            if host_driven:
+                from generator.pipeline.remote import (
+                    OPERATORS_ARCHIVE,
+                    device_definitions,
+                    write_stage_operators,
+                )
+
+                archive = staging / OPERATORS_ARCHIVE.format(index=stage.index)
+                write_stage_operators(split, stage.first, stage.end, archive)
+                definitions = device_definitions(split, stage.first, stage.end)
+            generate(archive, stage.pe.board.name, stage_dir(staging, stage.index),
+                     extra_definitions=definitions)
+        (staging / PLAN_FILE).write_text(json.dumps(_record(plan, host_driven), indent=2)
+                                         + "\n")
         move_into_place(out_dir, staging)  # --force: the old pipeline goes
     except BaseException:
         shutil.rmtree(out_dir if created else staging, ignore_errors=True)
@@ -75,10 +91,14 @@ def create(split_for: Callable[[ProcessingElement], ModelSplit], plan: PipelineP
     except BaseException:
         shutil.rmtree(out_dir, ignore_errors=True)  # no half-made pipeline is left
         raise
-    record = plan.to_json()
+    record = _record(plan, host_driven)
     for entry, (ram, flash) in zip(record["stages"], firmware, strict=True):
         entry["firmware_ram_bytes"], entry["firmware_flash_bytes"] = ram, flash
     (out_dir / PLAN_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _record(plan: PipelinePlan, host_driven: bool) -> dict:
+    return {**plan.to_json(), "host_driven": host_driven}
 
 
 def check_firmware(root: Path, index: int, pe: ProcessingElement) -> tuple[int, int]:
@@ -94,17 +114,28 @@ def check_firmware(root: Path, index: int, pe: ProcessingElement) -> tuple[int, 
     return ram, size.flash
 
 
-def load(root: Path) -> tuple[dict, list[StageProject]]:
-    """A pipeline directory's plan and its stages' projects."""
+def load_plan(root: Path) -> dict:
+    """A pipeline directory's plan (its `depth` checked)."""
     try:
         plan = json.loads((root / PLAN_FILE).read_text())
-        depth = int(plan["depth"])
+        if not isinstance(plan, dict) or not isinstance(plan["depth"], int) \
+                or not isinstance(plan["stages"], list) or len(plan["stages"]) != plan["depth"]:
+            raise ValueError
     except OSError:
         raise ProjectError(f"{root} is not a pipeline (no {PLAN_FILE})",
                            hint="microtvm-gen pipeline MODEL --board B --pes N -o DIR") from None
     except (ValueError, KeyError, TypeError):
         raise ProjectError(f"{root / PLAN_FILE} is not a pipeline plan") from None
-    return plan, [StageProject.load(k, stage_dir(root, k)) for k in range(depth)]
+    return plan
+
+
+def load(root: Path) -> tuple[dict, list[StageProject]]:
+    """A pipeline directory's plan and its stages' projects (standalone firmware)."""
+    plan = load_plan(root)
+    if plan.get("host_driven"):
+        raise ProjectError(f"{root}: its stages run host-driven, on PEs from a tracker "
+                           "(--tracker)")
+    return plan, [StageProject.load(k, stage_dir(root, k)) for k in range(plan["depth"])]
 
 
 def result_path(root: Path, index: int) -> Path:

@@ -38,15 +38,13 @@ class Splits:
 
     def __call__(self, pe: ProcessingElement) -> ModelSplit:
         from generator.accel import registry
-        from generator.export.rowsplit import row_splits
         from generator.export.stages import split_model
 
         key = pe.accelerators
         if key not in self._by_set:
             selected = registry.select(None, list(key), [], self.accelerator_path) \
                 if key else []
-            with row_splits(self.rows):
-                split = split_model(self.model, selected)
+            split = split_model(self.model, selected, self.rows)
             if key and not split.aligned_with(self(replace(pe, accelerators=()))):
                 raise InputError(f"{pe.name}: offloading changes the model's kernel calls; "
                                  "its stage cannot be cut where the others are")

@@ -11,7 +11,7 @@ import numpy as np
 
 from generator.errors import InputError
 from generator.pipeline import layout
-from generator.pipeline.coordinator import Coordinator, PeStats, StageProject
+from generator.pipeline.coordinator import Coordinator, PeFactory, PeStats, StageProject
 from generator.run import TensorSpec, describe_inputs
 
 
@@ -63,13 +63,52 @@ def samples_by_index(first: StageProject, arrays: dict[str, np.ndarray]) -> list
     return [{k: v[i] for k, v in arrays.items()} for i in range(counts.pop())]
 
 
+@dataclass(frozen=True)
+class Tracker:
+    """PEs from a stock RPC tracker: servers under `key` (generator/pipeline/remote.py).
+    `model`: the pipeline's model, lowered again for the stages' kernels and weights."""
+
+    address: tuple[str, int]
+    key: str
+    model: Path
+
+
+Staged = tuple[dict, list, "PeFactory | None"]
+
+
+def stages_of(root: Path, tracker: Tracker | None, timeout: float = 60.0) -> Staged:
+    """The plan, its stages, and how to make their PEs (None: this machine's)."""
+    plan = layout.load_plan(root)
+    if not plan.get("host_driven"):
+        if tracker is not None:
+            raise InputError(f"{root}: its stages are standalone firmware this machine "
+                             "starts; --tracker needs a pipeline made with --tracker")
+        return (*layout.load(root), None)
+    if tracker is None:
+        raise InputError(f"{root}: its stages run host-driven on PEs from an RPC tracker; "
+                         "give --tracker HOST:PORT (and --key)")
+    from generator.boards import load_board
+    from generator.export.stages import split_model
+    from generator.pipeline.remote import RemotePe, RemoteStage
+
+    rows = {int(k): int(v) for k, v in plan.get("row_splits", {}).items()}
+    split = split_model(tracker.model, None, rows)
+    stages = [RemoteStage.of(split, s["index"], *s["calls"], layout.stage_dir(root, s["index"]),
+                             load_board(s["board"])) for s in plan["stages"]]
+
+    def make_pe(number: int, stage, replica: int, workdir: Path) -> RemotePe:
+        return RemotePe(number, stage, replica, tracker.address, tracker.key, timeout)
+
+    return plan, stages, make_pe
+
+
 def run_stream(root: Path, arrays: dict[str, np.ndarray], resume: bool, timeout: float,
                progress: Callable[[str], None] | None = None,
-               on_output: Callable[[int, list[np.ndarray]], None] | None = None
-               ) -> StreamReport:
+               on_output: Callable[[int, list[np.ndarray]], None] | None = None,
+               tracker: Tracker | None = None, staged: Staged | None = None) -> StreamReport:
     """Every sample through the pipeline in `root`; each input's outputs saved as it leaves
-    (so a rerun with `resume` skips it)."""
-    plan, stages = layout.load(root)
+    (so a rerun with `resume` skips it). `staged`: what stages_of(root, tracker) gave."""
+    plan, stages, make_pe = staged or stages_of(root, tracker, timeout)
     samples = samples_by_index(stages[0], arrays)
     specs = stages[-1].outputs
     if not resume:
@@ -84,7 +123,7 @@ def run_stream(root: Path, arrays: dict[str, np.ndarray], resume: bool, timeout:
         if on_output:
             on_output(index, ordered)
 
-    result = Coordinator(stages, int(plan.get("replicas", 1)), timeout).run(
+    result = Coordinator(stages, int(plan.get("replicas", 1)), timeout, make_pe).run(
         todo, keep, progress) if todo else None
     done = layout.done_inputs(root, len(samples))
     outputs = [layout.load_result(root, i, len(specs)) for i in sorted(done)]
