@@ -137,6 +137,8 @@ def test_plan_only_prints_and_writes_nothing(tmp_path, capsys):
     (["--pes", "2", "--board", BOARD, "--plan-only", "--profile", "/nonexistent"],
      "cannot read the profile"),
     (["--pes", "2", "--board", "no-such-board", "--plan-only"], "no-such-board"),
+    (["--pes", f"{BOARD}+vanilla", "--tracker", "127.0.0.1:9", "--plan-only"],
+     "leave out +ACCELERATOR"),
 ])
 def test_bad_requests_are_one_line(argv, message, capsys):
     assert main(["pipeline", str(KWS), *argv]) == 2

@@ -60,6 +60,9 @@ def _pes(args: argparse.Namespace) -> tuple[list[ProcessingElement], int | None]
 
 def _plan(args: argparse.Namespace) -> tuple[Splits, PipelinePlan]:
     pes, count = _pes(args)
+    if args.tracker and any(pe.accelerators for pe in pes):
+        raise InputError("--tracker: stages run host-driven there, as operator archives, "
+                         "which carry no offloading; leave out +ACCELERATOR")
     return make_plan(Request(args.model, pes, count, args.depth, args.profile,
                              _link_cost(args.link_cost), args.split_layers,
                              tuple(args.accelerator_path)))
