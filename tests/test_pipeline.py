@@ -231,8 +231,8 @@ def test_kws_over_two_pes_equals_one_pe(kws_two_pes, tmp_path_factory):
     assert all(s["firmware_ram_bytes"] <= load_board(BOARD).ram_bytes for s in plan["stages"])
 
 
-def _qemu_of(root: Path) -> list[int]:
-    """Processes whose command line names a firmware under `root`."""
+def _firmware_of(root: Path) -> list[int]:
+    """Processes running a firmware under `root` (QEMU's -kernel, or the ELF itself)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -240,7 +240,8 @@ def _qemu_of(root: Path) -> list[int]:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if any(str(root).encode() in a for a in argv) and b"-kernel" in argv:
+            if any(a.startswith(str(root).encode()) and a.endswith(b"firmware.elf")
+                   for a in argv) and b"-m" not in argv:
                 found.append(int(entry.name))
     return found
 
@@ -261,7 +262,7 @@ def test_killed_pe_stops_the_stream_and_resume_finishes_it(kws_two_pes, tmp_path
         while line.startswith("microtvm-gen: "):
             line = proc.stdout.readline()
         assert line.startswith("[0] "), line
-        stage1 = _qemu_of(root / "stage1")
+        stage1 = _firmware_of(root / "stage1")
         assert len(stage1) == 1
         os.kill(stage1[0], signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
@@ -273,9 +274,9 @@ def test_killed_pe_stops_the_stream_and_resume_finishes_it(kws_two_pes, tmp_path
                                 "qemu-mps2-an385) stopped the pipeline with input "), lines
     assert not [line for line in lines if "Traceback" in line]
     deadline = time.monotonic() + 10
-    while _qemu_of(root) and time.monotonic() < deadline:
+    while _firmware_of(root) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _qemu_of(root) == []
+    assert _firmware_of(root) == []
     done = layout.done_inputs(root, len(x))
     assert 0 < len(done) < len(x)
     # the rerun streams only the inputs left; the results are every input's
@@ -357,3 +358,62 @@ def test_pes_from_a_stock_tracker(tmp_path, tmp_path_factory, operators_archive,
     servers = {f"127.0.0.1:{s.port}" for s in served}
     assert {pe["board"].split(" at ")[1] for pe in record["pes"]} == servers
     assert all(pe["inputs"] == 2 and pe["instructions"] is None for pe in record["pes"])
+
+
+@pytest.fixture(scope="module")
+def kws_on_host_pes(tmp_path_factory, kws_split):
+    """kws over 2 host-process PEs (fast to start and to stop)."""
+    require_board_tools("host")
+    pe = processing_element(load_board("host"))
+    costs, unit = call_costs(kws_split, None)
+    root = tmp_path_factory.mktemp("hostpipe") / "kws2"
+    layout.create(lambda _: kws_split, plan_pipeline(kws_split, costs, unit, [pe], 2), root,
+                  force=False)
+    return root
+
+
+def _stream_until_first_output(root: Path, tmp_path: Path, *extra: str) -> subprocess.Popen:
+    x = _kws_inputs(400)
+    np.save(tmp_path / "x.npy", x)
+    proc = subprocess.Popen([sys.executable, "-m", "generator", "pipeline", str(KWS), "-o",
+                             str(root), "--resume", "--input", f"input_1={tmp_path / 'x.npy'}",
+                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    line = "microtvm-gen: "
+    while line.startswith("microtvm-gen: "):
+        line = proc.stdout.readline()
+    assert line.startswith("[0] "), line
+    return proc
+
+
+def test_a_hung_pe_stops_the_stream_after_the_timeout(kws_on_host_pes, tmp_path):
+    root = tmp_path / "kws2"
+    shutil.copytree(kws_on_host_pes, root)
+    proc = _stream_until_first_output(root, tmp_path, "--timeout", "2")
+    try:
+        (stage1,) = _firmware_of(root / "stage1")
+        os.kill(stage1, signal.SIGSTOP)  # alive, silent
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("microtvm-gen pipeline: error: PE 1 (stage 1, host) stopped the "
+                           "pipeline with input ") and "did not answer within 2 s" in last
+    assert _firmware_of(root) == []
+
+
+def test_ctrl_c_keeps_the_outputs_that_left(kws_on_host_pes, tmp_path):
+    root = tmp_path / "kws2"
+    shutil.copytree(kws_on_host_pes, root)
+    proc = _stream_until_first_output(root, tmp_path)
+    try:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted; the outputs of" in err and "rerun with --resume" in err
+    assert not [line for line in err.splitlines() if "Traceback" in line]
+    assert 0 < len(layout.done_inputs(root, 400)) < 400
+    assert _firmware_of(root) == []
