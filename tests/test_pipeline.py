@@ -316,40 +316,21 @@ def test_pes_from_a_stock_tracker(tmp_path, tmp_path_factory, operators_archive,
     """Two `serve --accept-firmware` devices under one key at a stock RPC tracker are the
     PEs: each stage's host-driven firmware is uploaded to the one the tracker hands out, its
     kernels called in order; the outputs are one PE's, byte for byte."""
-    pytest.importorskip("tornado", reason="tvm.exec.rpc_tracker needs tornado")
-    pytest.importorskip("cloudpickle", reason="tvm.exec.rpc_tracker needs cloudpickle")
-    from generator.rpc.tracker import free_servers
     from tests.conftest import host_driven_project
-    from tests.test_rpc_tracker import _free_port, _start_tracker, _stop_tracker
-    from tests.test_serve_firmware import Served
+    from tests.test_serve_firmware import servers_under_tracker
 
     require_board_tools(BOARD)
     starter = host_driven_project(operators_archive, BOARD, tmp_path / "starter")
-    port = _free_port()
-    tracker = _start_tracker(port, tmp_path / "tracker.log")
-    served = []
     x = _kws_inputs(2)
     np.save(tmp_path / "x.npy", x)
-    try:
-        for i in range(2):
-            (tmp_path / f"s{i}").mkdir()
-            served.append(Served(starter, tmp_path / f"s{i}" / "serve.log", "--accept-firmware",
-                                 "--tracker", f"127.0.0.1:{port}", "--key", "pipe",
-                                 "--timeout", "30"))
-        deadline = time.monotonic() + 60
-        while free_servers("127.0.0.1", port, "pipe") < 2:
-            assert time.monotonic() < deadline, "two servers never registered"
-            time.sleep(0.2)
+    with servers_under_tracker(starter, tmp_path, "pipe", 2, "--timeout", "30") \
+            as (port, served):
         capsys.readouterr()
         assert main(["pipeline", str(KWS), "--board", BOARD, "--pes", "2", "-o",
                      str(tmp_path / "p"), "--tracker", f"127.0.0.1:{port}", "--key", "pipe",
                      "--input", f"input_1={tmp_path / 'x.npy'}", "--json"]) == 0, \
             capsys.readouterr().err
         record = json.loads(capsys.readouterr().out)
-    finally:
-        for s in served:
-            s.stop()
-        _stop_tracker(tracker)
     validate("pipeline", record)
     assert record["plan"]["host_driven"] is True
     whole = run_project(built_once(tmp_path_factory, KWS, BOARD), [{"input_1": s} for s in x])

@@ -8,12 +8,14 @@ stock client, and a stock tracker for the two-device case.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +90,36 @@ class Served:
                 self.proc.kill()
                 self.proc.wait()
         self.proc.stdout.close()
+
+
+@contextlib.contextmanager
+def servers_under_tracker(project: Path, work: Path, key: str, count: int, *args: str
+                          ) -> Iterator[tuple[int, list[Served]]]:
+    """A stock RPC tracker and `count` `serve --accept-firmware` devices of `project`
+    registered with it under `key`: (the tracker's port, the servers), all stopped after."""
+    pytest.importorskip("tornado", reason="tvm.exec.rpc_tracker needs tornado")
+    pytest.importorskip("cloudpickle", reason="tvm.exec.rpc_tracker needs cloudpickle")
+    from generator.rpc.tracker import free_servers
+    from tests.test_rpc_tracker import _free_port, _start_tracker, _stop_tracker
+
+    port = _free_port()
+    tracker = _start_tracker(port, work / "tracker.log")
+    served: list[Served] = []
+    try:
+        for i in range(count):
+            (work / f"s{i}").mkdir()
+            served.append(Served(project, work / f"s{i}" / "serve.log", "--accept-firmware",
+                                 "--tracker", f"127.0.0.1:{port}", "--key", key, *args))
+        deadline = time.monotonic() + 60
+        while free_servers("127.0.0.1", port, key) < count:
+            if time.monotonic() > deadline:
+                pytest.fail(f"{count} servers never registered under '{key}'")
+            time.sleep(0.2)
+        yield port, served
+    finally:
+        for s in served:
+            s.stop()
+        _stop_tracker(tracker)
 
 
 def _call(module, name: str, remote, a: np.ndarray, b: np.ndarray) -> np.ndarray:

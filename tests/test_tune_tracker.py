@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.conftest import _processes, host_driven_project, require_board_tools
-from tests.test_serve_firmware import Served
+from tests.test_serve_firmware import servers_under_tracker
 from tests.test_tune import _log, _task
 
 BOARD = "qemu-mps2-an385"
@@ -44,28 +44,14 @@ def test_two_devices_under_one_key_share_the_batches_and_one_dies(operators_arch
     """Both devices measure (the log names each); the QEMU of one is killed after the first
     round, later its serve is stopped: tuning finishes on the other, every candidate has a
     result, none is measured twice, and nothing is left running."""
-    pytest.importorskip("tornado", reason="tvm.exec.rpc_tracker needs tornado")
-    pytest.importorskip("cloudpickle", reason="tvm.exec.rpc_tracker needs cloudpickle")
-    from generator.rpc.tracker import free_servers
     from generator.tune import tune_tasks
     from generator.tune.session import TrackerDevices
-    from tests.test_rpc_tracker import _free_port, _start_tracker, _stop_tracker
 
     require_board_tools(BOARD)
     project = host_driven_project(operators_archive, BOARD, tmp_path / "project")
-    port = _free_port()
-    tracker = _start_tracker(port, tmp_path / "tracker.log")
-    served: list[Served] = []
     out = tmp_path / "tuning"
     events: list[str] = []
-    try:
-        for i in range(2):
-            (tmp_path / f"s{i}").mkdir()
-            served.append(Served(project, tmp_path / f"s{i}" / "serve.log", "--accept-firmware",
-                                 "--tracker", f"127.0.0.1:{port}", "--key", KEY,
-                                 "--timeout", "20"))
-        _wait(lambda: free_servers("127.0.0.1", port, KEY) == 2, 60, "two free servers")
-
+    with servers_under_tracker(project, tmp_path, KEY, 2, "--timeout", "20") as (port, served):
         def saboteur() -> None:
             """After the first round: kill device 0's QEMU; after the next: stop serve 0."""
             log = out / "log.jsonl"
@@ -86,10 +72,6 @@ def test_two_devices_under_one_key_share_the_batches_and_one_dies(operators_arch
                                                     request_timeout=60),
                              parallel=2, progress=events.append)
         watcher.join(timeout=60)
-    finally:
-        for s in served:
-            s.stop()
-        _stop_tracker(tracker)
     assert "killed qemu" in events and "stopped serve 0" in events, events
     log = _log(out)
     devices = {e["device"] for e in log}
