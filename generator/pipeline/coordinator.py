@@ -132,7 +132,7 @@ class Pe:
         self.stats = PeStats(number, stage.index, replica, stage.pe_name)
 
 
-class _Pe(Pe):
+class LocalPe(Pe):
     """A PE this machine starts: the stage's standalone firmware, over its framed link."""
 
     def __init__(self, number: int, stage: StageProject, replica: int, workdir: Path,
@@ -218,8 +218,8 @@ class _Pe(Pe):
             self.device.close(hung=True)
 
 
-# make_pe(number, stage, replica, workdir): a PE for `stage` (default: _Pe, this machine's)
-PeFactory = Callable[[int, object, int, Path], object]
+# make_pe(number, stage, replica, workdir): a PE for `stage` (default: LocalPe, this machine's)
+PeFactory = Callable[[int, object, int, Path], Pe]
 
 
 class Coordinator:
@@ -231,12 +231,12 @@ class Coordinator:
         self.replicas = replicas
         self.timeout = timeout
         self.make_pe = make_pe or (lambda number, stage, replica, workdir:
-                                   _Pe(number, stage, replica, workdir, timeout))
+                                   LocalPe(number, stage, replica, workdir, timeout))
         self._failure: _Failure | None = None
         self._stopped = threading.Event()
         self._lock = threading.Lock()
 
-    def _fail(self, pe: _Pe, message: str) -> None:
+    def _fail(self, pe: Pe, message: str) -> None:
         with self._lock:
             if self._failure is None:
                 self._failure = _Failure(pe.number, pe.name, pe.in_flight, message)
@@ -261,7 +261,7 @@ class Coordinator:
                 continue
         return _STOP
 
-    def _serve(self, pe: _Pe) -> None:
+    def _serve(self, pe: Pe) -> None:
         try:
             while True:
                 item = self._get(pe.inbox)
@@ -286,7 +286,7 @@ class Coordinator:
             progress: Callable[[str], None] | None = None) -> StreamResult:
         """Every sample (by its index) through the pipeline; `on_output` as each leaves."""
         workroot = Path(tempfile.mkdtemp(prefix="mtvg-pipe-"))  # short: QMP socket paths
-        pes: list = []
+        pes: list[Pe] = []
         results: queue.Queue = queue.Queue()
         outputs: dict[int, dict[str, np.ndarray]] = {}
         threads: list[threading.Thread] = []
@@ -361,7 +361,7 @@ class Coordinator:
                                 + f": {f.message}")
         return StreamResult(outputs, [pe.stats for pe in pes], interrupted)
 
-    def _feed(self, samples: dict[int, dict[str, np.ndarray]], firsts: list[_Pe]) -> None:
+    def _feed(self, samples: dict[int, dict[str, np.ndarray]], firsts: list[Pe]) -> None:
         for n, (index, sample) in enumerate(sorted(samples.items())):
             if not self._put(firsts[n % len(firsts)].inbox, (index, sample)):
                 return
