@@ -38,6 +38,8 @@ from tests.conftest import REPO, built_once, require_board_tools
 from tests.test_json_schemas import validate
 
 KWS = REPO / "tests" / "fixtures" / "models" / "mlperftiny_kws" / "kws_ref_model.tflite"
+HELLO = REPO / "tests" / "fixtures" / "models" / "hello_world" / "hello_world_int8.tflite"
+HELLO_INPUT = "serving_default_dense_input:0"
 BOARD = "qemu-mps2-an385"
 pytestmark = pytest.mark.tvm
 
@@ -121,7 +123,8 @@ def test_plan_only_prints_and_writes_nothing(tmp_path, capsys):
     plan = printed["plan"]
     assert (plan["pes"], plan["pes_used"], plan["depth"]) == (64, 64, 1)
     assert plan["link"] == {"rx_per_byte": 50.0, "tx_per_byte": 20.0, "per_input": 0.0}
-    assert main(["pipeline", str(KWS), "--board", BOARD, "--pes", "3", "--plan-only"]) == 0
+    assert main(["pipeline", str(KWS), "--board", BOARD, "--pes", "3", "--plan-only",
+                 "--no-split-layers"]) == 0
     text = capsys.readouterr().out
     assert "3 stage(s) x 1 replica(s)" in text and "predicted: one inference every" in text
     assert list(tmp_path.iterdir()) == []
@@ -252,7 +255,7 @@ def test_killed_pe_stops_the_stream_and_resume_finishes_it(kws_two_pes, tmp_path
     root = tmp_path / "kws2"
     shutil.copytree(kws_two_pes, root)  # the firmware is built: the copy only runs it
     layout.clear_results(root)
-    x = _kws_inputs(12)
+    x = _kws_inputs(8)
     np.save(tmp_path / "x.npy", x)
     argv = [sys.executable, "-m", "generator", "pipeline", str(KWS), "-o", str(root),
             "--resume", "--input", f"input_1={tmp_path / 'x.npy'}", "--timeout", "20"]
@@ -295,7 +298,8 @@ def test_a_middle_pe_with_the_vanilla_accelerator(tmp_path, tmp_path_factory, ca
     x = _kws_inputs(2)
     np.save(tmp_path / "x.npy", x)
     pes = f"{BOARD},{BOARD}+vanilla,{BOARD}"
-    assert main(["pipeline", str(KWS), "--pes", pes, "-o", str(tmp_path / "p"), "--input",
+    assert main(["pipeline", str(KWS), "--pes", pes, "--no-split-layers", "-o",
+                 str(tmp_path / "p"), "--input",
                  f"input_1={tmp_path / 'x.npy'}", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     validate("pipeline", record)
@@ -312,33 +316,36 @@ def test_a_middle_pe_with_the_vanilla_accelerator(tmp_path, tmp_path_factory, ca
 
 @pytest.mark.qemu
 @pytest.mark.slow
-def test_pes_from_a_stock_tracker(tmp_path, tmp_path_factory, operators_archive, capsys):
+def test_pes_from_a_stock_tracker(tmp_path, tmp_path_factory, capsys):
     """Two `serve --accept-firmware` devices under one key at a stock RPC tracker are the
     PEs: each stage's host-driven firmware is uploaded to the one the tracker hands out, its
     kernels called in order; the outputs are one PE's, byte for byte."""
-    from tests.conftest import host_driven_project
     from tests.test_serve_firmware import servers_under_tracker
 
     require_board_tools(BOARD)
-    starter = host_driven_project(operators_archive, BOARD, tmp_path / "starter")
-    x = _kws_inputs(2)
+    root = tmp_path / "p"
+    x = np.array([[[v]] for v in (-128, -40, 0, 77, 127)], dtype=np.int8)
     np.save(tmp_path / "x.npy", x)
-    with servers_under_tracker(starter, tmp_path, "pipe", 2, "--timeout", "30") \
+    # made first (no tracker needed to build it); its stage 0 starts the servers
+    assert main(["pipeline", str(HELLO), "--board", BOARD, "--pes", "2", "-o", str(root),
+                 "--tracker", "127.0.0.1:9"]) == 0
+    with servers_under_tracker(root / "stage0", tmp_path, "pipe", 2, "--timeout", "30") \
             as (port, served):
         capsys.readouterr()
-        assert main(["pipeline", str(KWS), "--board", BOARD, "--pes", "2", "-o",
-                     str(tmp_path / "p"), "--tracker", f"127.0.0.1:{port}", "--key", "pipe",
-                     "--input", f"input_1={tmp_path / 'x.npy'}", "--json"]) == 0, \
+        assert main(["pipeline", str(HELLO), "-o", str(root), "--resume", "--tracker",
+                     f"127.0.0.1:{port}", "--key", "pipe", "--input",
+                     f"{HELLO_INPUT}={tmp_path / 'x.npy'}", "--json"]) == 0, \
             capsys.readouterr().err
         record = json.loads(capsys.readouterr().out)
     validate("pipeline", record)
-    assert record["plan"]["host_driven"] is True
-    whole = run_project(built_once(tmp_path_factory, KWS, BOARD), [{"input_1": s} for s in x])
-    assert [o["Identity"] for o in record["outputs"]] == \
-        [o["Identity"].tolist() for o in whole.outputs]
+    assert record["plan"]["host_driven"] is True and record["plan"]["depth"] == 2
+    whole = run_project(built_once(tmp_path_factory, HELLO, "host"),
+                        [{HELLO_INPUT: v} for v in x])
+    name = next(iter(whole.outputs[0]))
+    assert [o[name] for o in record["outputs"]] == [o[name].tolist() for o in whole.outputs]
     servers = {f"127.0.0.1:{s.port}" for s in served}
     assert {pe["board"].split(" at ")[1] for pe in record["pes"]} == servers
-    assert all(pe["inputs"] == 2 and pe["instructions"] is None for pe in record["pes"])
+    assert all(pe["inputs"] == len(x) and pe["instructions"] is None for pe in record["pes"])
 
 
 @pytest.fixture(scope="module")
