@@ -66,6 +66,19 @@ def test_cuts_weigh_each_stage_link_and_memory():
         balanced_cuts([1, 1, 1, 1], 2, {1, 2, 3}, fits=lambda a, b: b - a <= 1)
 
 
+def test_kws_by_macs_in_three_stages(kws_split):
+    """The cuts that make the costliest of 3 stages as cheap as can be, by MACs."""
+    costs = [max(1, m) for m in kws_split.macs]
+    cuts = balanced_cuts(costs, 3, kws_split.cut_points())
+    assert cuts == [4, 7]
+    bounds = [0, *cuts, kws_split.calls]
+    assert [sum(costs[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)] == \
+        [976_000, 1_096_000, 584_770]
+    first, last = kws_split.stage_program(0, 4), kws_split.stage_program(7, 12)
+    assert first[1] == ["input_1"] and last[2] == ["Identity"]
+    assert kws_split.stage_program(4, 7)[1] == first[2]  # stage 1 takes what stage 0 makes
+
+
 def test_plan_of_kws_over_two_pes(kws_split):
     pe = processing_element(load_board(BOARD))
     costs, unit = call_costs(kws_split, None)

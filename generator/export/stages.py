@@ -4,9 +4,8 @@ Stage k's inputs are the tensors it reads that earlier stages (or the model's in
 its outputs are the tensors it makes that later stages read (the last stage's: the model's
 outputs). Chaining the stages, each one's outputs into the next one's inputs by name, computes
 exactly what the whole model computes: the same kernels, the same weights, called in the same
-order. The cuts balance a cost per call (MACs, or the times of `run --profile`) so that no
-stage costs more than it must: the first step of running a model over several processing
-elements (a pipeline)."""
+order. `balanced_cuts` places the cuts so that no stage costs more than it must; the
+pipeline (generator/pipeline/) plans, writes and runs the stages."""
 
 from __future__ import annotations
 
@@ -23,19 +22,6 @@ from generator.export.api import lower_model, write_lowered
 from generator.export.lower import Lowered, Program
 from generator.export.planner import lower_bound, plan
 from generator.export.rowsplit import row_splits
-
-STAGE_ARCHIVE = "stage{index}.tar"
-
-
-@dataclass(frozen=True)
-class Stage:
-    index: int
-    first_call: int
-    end_call: int  # one past its last call
-    path: Path
-    inputs: list[str]  # tensor names, as the previous stage's outputs name them
-    outputs: list[str]
-    cost: int  # the sum of its calls' costs
 
 
 def balanced_cuts(costs: list[int], stages: int, allowed: set[int],
@@ -206,33 +192,6 @@ def split_model(model: Path, accelerators: list[Selected] | None = None,
                for c in program.calls]
     return ModelSplit(model, lowered, _tensor_names(program, input_names, names), macs,
                       written, list(accelerators or []), dict(rows or {}))
-
-
-def export_stages(model: Path, out_dir: Path, stages: int,
-                  costs: list[int] | None = None) -> list[Stage]:
-    """Split `model` into `stages` archives in `out_dir` (stage0.tar, ...), balanced by
-    `costs` per kernel call (default: each call's MACs, at least 1)."""
-    split = split_model(model)
-    if costs is None:
-        costs = [max(1, m) for m in split.macs]
-    if len(costs) != split.calls:
-        raise ExportError(f"{len(costs)} costs for {split.calls} kernel calls")
-    cuts = balanced_cuts(costs, stages, split.cut_points())
-    return write_stages(split, out_dir, cuts, costs)
-
-
-def write_stages(split: ModelSplit, out_dir: Path, cuts: list[int],
-                 costs: list[int]) -> list[Stage]:
-    """One archive per stage, stage k from cuts[k-1] to cuts[k]."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    bounds = [0, *cuts, split.calls]
-    result = []
-    for index, (first, end) in enumerate(zip(bounds, bounds[1:], strict=False)):
-        path = out_dir / STAGE_ARCHIVE.format(index=index)
-        ins, outs = split.write(first, end, path,
-                                f"{split.model.name}, stage {index} of {len(bounds) - 1}")
-        result.append(Stage(index, first, end, path, ins, outs, sum(costs[first:end])))
-    return result
 
 
 def _tensor_names(program: Program, input_names: list[str],

@@ -23,7 +23,7 @@ import numpy as np
 from generator.build import board_ram
 from generator.elfsize import elf_size
 from generator.errors import ProjectError
-from generator.export.stages import STAGE_ARCHIVE, ModelSplit
+from generator.export.stages import ModelSplit
 from generator.pipeline.coordinator import StageProject
 from generator.pipeline.plan import PipelinePlan, ProcessingElement
 from generator.project.atomic_write import STAGING_NAME, check_target_dir, move_into_place
@@ -32,6 +32,7 @@ from generator.run import ensure_built
 from generator.toolchain import BUILD_DIR, FIRMWARE
 
 PLAN_FILE = "plan.json"
+STAGE_ARCHIVE = "stage{index}.tar"
 RESULTS_DIR = "results"
 RESULT_FILE = "{index:05d}.npz"
 
