@@ -398,3 +398,18 @@ def test_ctrl_c_keeps_the_outputs_that_left(kws_on_host_pes, tmp_path):
     assert not [line for line in err.splitlines() if "Traceback" in line]
     assert 0 < len(layout.done_inputs(root, 400)) < 400
     assert _firmware_of(root) == []
+
+
+def test_a_profile_must_be_of_this_model(kws_split, tmp_path):
+    calls = [{"index": i, "kernel": k, "count": 1000 * (i + 1)}
+             for i, k in enumerate(kws_split.kernels(0, kws_split.calls))]
+    good = tmp_path / "profile.json"
+    good.write_text(json.dumps({"unit": "instructions", "calls": calls}))
+    assert call_costs(kws_split, good) == ([c["count"] for c in calls], "instructions")
+    calls[3]["kernel"] = "q_softmax"
+    (tmp_path / "other.json").write_text(json.dumps({"unit": "instructions", "calls": calls}))
+    with pytest.raises(InputError, match="call 3 of the profile is 'q_softmax'"):
+        call_costs(kws_split, tmp_path / "other.json")
+    (tmp_path / "short.json").write_text(json.dumps({"unit": "ns", "calls": calls[:5]}))
+    with pytest.raises(InputError, match="a profile of 5 calls; this model makes 12"):
+        call_costs(kws_split, tmp_path / "short.json")

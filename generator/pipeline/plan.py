@@ -173,6 +173,7 @@ def call_costs(split: ModelSplit, profile: Path | None) -> tuple[list[int], str]
     try:
         record = json.loads(path.read_text())
         counts = [int(c["count"]) for c in record["calls"]]
+        kernels = [str(c.get("kernel", "")) for c in record["calls"]]
         unit = str(record["unit"])
     except OSError as exc:
         raise InputError(f"{path}: cannot read the profile ({exc.strerror}); run the "
@@ -182,6 +183,12 @@ def call_costs(split: ModelSplit, profile: Path | None) -> tuple[list[int], str]
     if len(counts) != split.calls:
         raise InputError(f"{path}: a profile of {len(counts)} calls; this model makes "
                          f"{split.calls}")
+    mine = split.kernels(0, split.calls)
+    other = next((i for i, (k, m) in enumerate(zip(kernels, mine, strict=True)) if k != m),
+                 None)
+    if other is not None:
+        raise InputError(f"{path}: call {other} of the profile is '{kernels[other][:40]}', "
+                         f"this model's is '{mine[other]}': a profile of another model")
     return counts, unit
 
 
