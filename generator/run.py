@@ -168,6 +168,27 @@ def prepare_input(spec: TensorSpec, array: np.ndarray, origin: str) -> bytes:
     return np.ascontiguousarray(array).astype(want.newbyteorder("<"), copy=False).tobytes()
 
 
+def firmware_matches(hello, inputs: list[TensorSpec], outputs: list[TensorSpec]) -> bool:
+    """The device's hello names this runtime's ABI and these tensors' sizes."""
+    return hello.abi == RUNTIME_ABI_VERSION \
+        and hello.input_sizes == [s.size_bytes for s in inputs] \
+        and hello.output_sizes == [s.size_bytes for s in outputs]
+
+
+def run_failure(result: RunResult) -> str | None:
+    """'returned status X[: message]' when the run function failed, else None."""
+    if result.status == abi.constant("MTVG_OK"):
+        return None
+    status = abi.describe_status(result.status, RUN_STATUSES)
+    return f"returned status {status}" + (f": {result.message}" if result.message else "")
+
+
+def decode_output(spec: TensorSpec, raw: bytes) -> np.ndarray:
+    """An output's bytes from the device (little-endian) as the model's array."""
+    return np.frombuffer(raw, dtype=np.dtype(spec.dtype).newbyteorder("<")) \
+        .astype(spec.dtype).reshape(spec.shape)
+
+
 def ensure_built(project_dir: Path, progress=None, sanitize: bool | None = None) -> BuildResult:
     """Bring the firmware up to date; Ninja decides what is stale (a no-op build is fast).
 
@@ -227,8 +248,7 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
         size = elf_size(project_dir / BUILD_DIR / FIRMWARE, board_ram(board))
         client = AppClient(device, REPLY_TIMEOUT)
         hello = client.hello(BOOT_TIMEOUT)
-        if hello.abi != RUNTIME_ABI_VERSION or hello.input_sizes != [s.size_bytes for s in inputs] \
-                or hello.output_sizes != [s.size_bytes for s in outputs]:
+        if not firmware_matches(hello, inputs, outputs):
             if link.needs_flash:
                 raise DeviceError(f"the firmware on the {board.name} is not this project's",
                                   hint=f"microtvm-gen flash {project_dir}, then run again")
@@ -248,10 +268,9 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
                 for index, data in enumerate(sample_bytes):
                     client.set_input(index, data)
                 result = client.run()
-                if result.status != abi.constant("MTVG_OK"):
-                    status = abi.describe_status(result.status, RUN_STATUSES)
-                    raise DeviceError(f"the model returned status {status} on the device"
-                                      + (f": {result.message}" if result.message else ""))
+                failed = run_failure(result)
+                if failed:
+                    raise DeviceError(f"the model {failed} on the device")
                 calls = _call_times(client.profile(), points, board, result.hz) \
                     if points else []
                 sample_counters = {}
@@ -261,10 +280,8 @@ def run_project(project_dir: Path, samples: list[dict[str, np.ndarray]],
                     before = after
                 outs = {}
                 for index, spec in enumerate(outputs):
-                    raw = client.get_output(index, spec.size_bytes)
-                    outs[spec.name] = np.frombuffer(
-                        raw, dtype=np.dtype(spec.dtype).newbyteorder("<")
-                    ).astype(spec.dtype).reshape(spec.shape)
+                    outs[spec.name] = decode_output(spec,
+                                                    client.get_output(index, spec.size_bytes))
                 with _sigint_deferred():  # a sample is kept and shown whole, or not at all
                     results.append(result)
                     if counted:

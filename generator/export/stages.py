@@ -95,6 +95,9 @@ class ModelSplit:
     written_bytes: list[int]  # per call: the bytes it writes
     accelerators: list[Selected] = dataclasses.field(default_factory=list)
     rows: dict[int, int] = dataclasses.field(default_factory=dict)  # layers split in rows
+    # need(first, end) once per split: every depth and every plan of it asks again
+    _needs: dict[tuple[int, int], StageNeed] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def program(self) -> Program:
@@ -147,7 +150,10 @@ class ModelSplit:
         return sub, [names[t] for t in inputs], sub.output_names
 
     def need(self, first: int, end: int, exact: bool = False) -> StageNeed:
-        """The memory of calls [first, end) as one stage."""
+        """The memory of calls [first, end) as one stage (`exact`: activations as the
+        planner places them, not their lifetime bound)."""
+        if not exact and (first, end) in self._needs:
+            return self._needs[first, end]
         sub, _, _ = self.stage_program(first, end)
         size = self.sizes
         outputs = {sub.root(t) for t in sub.outputs}
@@ -155,9 +161,11 @@ class ModelSplit:
         activations = plan(intervals).pool_bytes if exact else lower_bound(intervals)
         constants = {sub.root(t) for c in sub.calls for t in c.args
                      if sub.tensors[sub.root(t)].kind == "constant"}
-        return StageNeed(sum(size[t] for t in sub.inputs), sum(size[t] for t in outputs),
-                         activations,
-                         sum(size[t] for t in constants))
+        found = StageNeed(sum(size[t] for t in sub.inputs), sum(size[t] for t in outputs),
+                          activations, sum(size[t] for t in constants))
+        if not exact:
+            self._needs[first, end] = found
+        return found
 
     def write(self, first: int, end: int, path: Path, title: str) -> tuple[list[str], list[str]]:
         """Stage [first, end) as an MLF v8 archive at `path`; its input and output names."""

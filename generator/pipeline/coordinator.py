@@ -26,14 +26,22 @@ from pathlib import Path
 
 import numpy as np
 
-from generator import RUNTIME_ABI_VERSION, abi
+from generator import abi
 from generator.boards import Board
 from generator.device.links import link_of
 from generator.errors import DeviceError, MtgError
 from generator.link.app_client import AppClient
 from generator.project.backends import board_of_project
 from generator.project.record import load_project
-from generator.run import BOOT_TIMEOUT, RUN_STATUSES, TensorSpec, prepare_input, timing
+from generator.run import (
+    BOOT_TIMEOUT,
+    TensorSpec,
+    decode_output,
+    firmware_matches,
+    prepare_input,
+    run_failure,
+    timing,
+)
 from generator.toolchain import BUILD_DIR, FIRMWARE
 
 IN_FLIGHT = 2  # inputs queued before each PE, beside the one it works on
@@ -162,9 +170,7 @@ class LocalPe(Pe):
         """Hello, the firmware checked against its project, the instruction count read."""
         self.client = AppClient(self.device, self.timeout)
         hello = self.client.hello(BOOT_TIMEOUT)
-        if hello.abi != RUNTIME_ABI_VERSION \
-                or hello.input_sizes != [s.size_bytes for s in self.stage.inputs] \
-                or hello.output_sizes != [s.size_bytes for s in self.stage.outputs]:
+        if not firmware_matches(hello, self.stage.inputs, self.stage.outputs):
             raise DeviceError("its firmware is not its stage's project; rebuild it")
         if self.counter is not None:
             self.stats.executed = -self.counter.executed()
@@ -178,10 +184,9 @@ class LocalPe(Pe):
             client.set_input(i, data)
             self.stats.received_bytes += len(data)
         result = client.run()
-        if result.status != abi.constant("MTVG_OK"):
-            status = abi.describe_status(result.status, RUN_STATUSES)
-            raise DeviceError(f"its stage returned status {status}"
-                              + (f": {result.message}" if result.message else ""))
+        failed = run_failure(result)
+        if failed:
+            raise DeviceError(f"its stage {failed}")
         measured = timing(self.stage.board, result.ticks, result.hz)
         self.stats.run_count += measured.count
         self.stats.unit = measured.unit
@@ -189,8 +194,7 @@ class LocalPe(Pe):
         for i, spec in enumerate(self.stage.outputs):
             raw = client.get_output(i, spec.size_bytes)
             self.stats.sent_bytes += len(raw)
-            out[spec.name] = np.frombuffer(raw, dtype=np.dtype(spec.dtype).newbyteorder("<")) \
-                .astype(spec.dtype).reshape(spec.shape)
+            out[spec.name] = decode_output(spec, raw)
         self.stats.inputs += 1
         return out
 

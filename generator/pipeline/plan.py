@@ -197,13 +197,7 @@ def plan_stages(split: ModelSplit, costs: list[int], unit: str,
                 link: LinkCost) -> PipelinePlan:
     """The best cuts for one PE per stage (`pes`, in stage order), each stage fitting its PE."""
     depth = len(pes)
-    needs: dict[tuple[int, int], StageNeed] = {}
-
-    def need(first: int, end: int) -> StageNeed:
-        if (first, end) not in needs:
-            needs[first, end] = split.need(first, end)
-        return needs[first, end]
-
+    need = split.need  # memoised by the split
     # The cuts balance each stage's calls and link; a PE's stage must fit it. With PEs of
     # several kinds, a stage fits if it fits the smallest (the order is the user's).
     smallest = min(pes, key=lambda p: (p.stage_ram, p.stage_flash))
