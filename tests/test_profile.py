@@ -28,10 +28,6 @@ from tests.conftest import (
 
 KWS = REPO / "tests" / "fixtures" / "models" / "mlperftiny_kws" / "kws_ref_model.tflite"
 QEMU = "qemu-mps2-an385"
-# time_evaluator times the packed call around a kernel: its argument checks and timer reads
-# (about 100 instructions per argument on the M3); the marks time the kernel call alone.
-WRAPPER_INSTRUCTIONS_PER_ARGUMENT = 100
-BIG_KERNEL = 100_000  # instructions: the wrapper is under 0.1 % of these
 
 
 @pytest.fixture(scope="module")
@@ -163,12 +159,11 @@ def test_calls_equal_time_evaluator_through_serve(profiled, sample, tmp_path_fac
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    # The evaluator times the kernel bound to its checked arguments (mtvg/operator.h), the
+    # marks the kernel's call in the run function: every call within 1 %, the smallest too.
     for layer, profiled_count, count, in zip(layers, calls, measured, strict=True):
-        extra = count - profiled_count
-        wrapper = WRAPPER_INSTRUCTIONS_PER_ARGUMENT * len(layer["args"])
-        assert 0 <= extra <= 0.01 * profiled_count + wrapper, (layer["kernel"], extra)
-        if profiled_count >= BIG_KERNEL:
-            assert extra <= 0.01 * profiled_count, (layer["kernel"], extra)
+        assert abs(count - profiled_count) <= 0.01 * profiled_count, (
+            layer["kernel"], profiled_count, count)
     assert values["Identity"].tolist() == output["Identity"]
 
 

@@ -404,12 +404,15 @@ def packed_source(module: str, ops: list[Operator]) -> str:
         " *",
         " * Each entry takes one DLTensor per kernel parameter, checks it against the kernel's",
         " * static buffer (type code, CPU, ndim, shape, dtype, compact), then calls the plain",
-        f" * C kernel in {module}_lib0.c. Compile with the runtime's headers.",
+        f" * C kernel in {module}_lib0.c. Given an mtvg_op_binding_t as its resource_handle",
+        " * (mtvg/operator.h: the time evaluator's), it also binds the kernel to the checked",
+        " * arguments. Compile with the runtime's headers.",
         " */",
     ]
     if any(a.dtype == "bool" for op in ops for a in op.args):
         lines.append("#include <stdbool.h>")
     lines += ["#include <stddef.h>", "#include <stdint.h>", ""]
+    lines.append('#include "mtvg/operator.h"')
     if uses_workspace:
         lines.append('#include "mtvg/runtime.h"')
     lines += ['#include "tvm/runtime/c_runtime_api.h"', '#include "tvm/runtime/crt/module.h"',
@@ -516,6 +519,21 @@ static void* mtvg_op_data(const TVMValue* args, int i) {
   const DLTensor* t = (const DLTensor*)args[i].v_handle;
   return (char*)t->data + t->byte_offset;
 }
+
+/* Fills a caller's binding (mtvg/operator.h) with the checked arguments and the kernel. */
+static void mtvg_op_bind(void* handle, const TVMValue* args, int n,
+                         void (*run)(void* const* data)) {
+  mtvg_op_binding_t* b = (mtvg_op_binding_t*)handle;
+  int i;
+  if (b == NULL || b->magic != MTVG_OP_BINDING_MAGIC || b->data == NULL ||
+      (uint32_t)n > b->capacity) {
+    return;
+  }
+  for (i = 0; i < n; i++) {
+    b->data[i] = mtvg_op_data(args, i);
+  }
+  b->run = run;
+}
 """
 
 
@@ -526,7 +544,15 @@ def _entry(index: int, op: Operator) -> list[str]:
             dims = ", ".join(str(d) for d in a.shape)
             lines.append(f"static const int64_t mtvg_op{index}_shape{j}[{len(a.shape)}] = "
                          f"{{{dims}}};")
+    data_args = ",\n" + " " * (len(op.symbol) + 3)
     lines += [
+        "/* The kernel on bound arguments (the time evaluator's timed calls). */",
+        f"static void mtvg_op{index}_run(void* const* data) {{",
+        *(["  (void)data;"] if not op.c_types else []),
+        f"  {op.symbol}(" + data_args.join(
+            f"({t}*)data[{j}]" for j, t in enumerate(op.c_types)) + ");",
+        "}",
+        "",
         f"TVM_DLL int {op.name}(TVMValue* args, int* type_codes, int num_args, "
         "TVMValue* out_ret_value,",
         " " * (len(op.name) + 13) + "int* out_ret_tcode, void* resource_handle) {",
@@ -535,7 +561,6 @@ def _entry(index: int, op: Operator) -> list[str]:
         lines.append("  uint32_t failures;")
     lines += [
         "  (void)out_ret_value;",
-        "  (void)resource_handle;",
         f"  if (num_args != {len(op.args)} || args == NULL || type_codes == NULL) {{",
         f"    return mtvg_op_fail({c_string_literal(op.name)}, "
         f"{c_string_literal(f'expects {len(op.args)} tensor arguments')});",
@@ -551,7 +576,8 @@ def _entry(index: int, op: Operator) -> list[str]:
                       f"{bits},\n                    {what}) != 0")
     lines.append("  if (" + " ||\n      ".join(checks) + ") {")
     lines += ["    return -1;", "  }"]
-    call_args = (",\n" + " " * (len(op.symbol) + 3)).join(
+    lines.append(f"  mtvg_op_bind(resource_handle, args, {len(op.args)}, mtvg_op{index}_run);")
+    call_args = data_args.join(
         f"({t}*)mtvg_op_data(args, {j})" for j, t in enumerate(op.c_types))
     if op.workspace_calls:
         lines.append("  failures = mtvg_workspace_failures();")
