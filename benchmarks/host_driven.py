@@ -3,7 +3,9 @@
 For each board (the host process's pipes, QEMU's emulated UART), prints:
 - round trip of a small call: the stock tvm.rpc client calling `vadd` on 256 floats (TCP to
   `serve`, the bridge, the link, the device and back), and the same call at the packet level
-  straight over the link session (no TCP, no stock client);
+  straight over the link session (no TCP, no stock client); the median of BATCHES batches
+  of `--calls` calls each (three processes share two cores here: one slow batch is the
+  scheduler, not the link);
 - tensor upload (`tvm.runtime.tensor`) and download (`.numpy()`) throughput with the stock
   client, 64 KiB tensors, split into copies that fit the link's frames; the upload is
   timed before any download and right after one (the link learns each direction's speed
@@ -20,6 +22,7 @@ a factor of 2 of the documented one: these are wall-clock times on a shared mach
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -52,6 +55,18 @@ from tests.conftest import host_driven_operators  # noqa: E402
 TENSOR_BYTES = 64 * 1024
 REPEATS = 3
 RAW_BYTES = 64 * 1024
+BATCHES = 5
+
+
+def seconds_per_call(call, calls: int) -> float:
+    """The median over BATCHES batches of the mean time of one `call()` in `calls`."""
+    means = []
+    for _ in range(BATCHES):
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        means.append((time.perf_counter() - start) / calls)
+    return statistics.median(means)
 
 
 def stock_client(project: Path, calls: int) -> dict[str, float]:
@@ -63,10 +78,7 @@ def stock_client(project: Path, calls: int) -> dict[str, float]:
     args = [tvm.runtime.tensor(np.ones(256, np.float32), dev) for _ in range(3)]
     vadd = lib["vadd"]
     vadd(*args)
-    start = time.perf_counter()
-    for _ in range(calls):
-        vadd(*args)
-    call = (time.perf_counter() - start) / calls
+    call = seconds_per_call(lambda: vadd(*args), calls)
     data = np.random.default_rng(0).standard_normal(TENSOR_BYTES // 4).astype(np.float32)
 
     def upload(values: np.ndarray) -> tuple[float, object]:
@@ -105,10 +117,7 @@ def packet_level(board_name: str, elf: Path, calls: int) -> dict[str, float]:
         ts = [client.tensor((256,)) for _ in range(3)]
         call = Requests.call(handles["vadd"], *ts)
         client.ask(call)
-        start = time.perf_counter()
-        for _ in range(calls):
-            client.ask(call)
-        packet_call = (time.perf_counter() - start) / calls
+        packet_call = seconds_per_call(lambda: client.ask(call), calls)
         piece = 4000  # what fits a reply: the frame limit minus headers
         t = client.tensor((piece // 4,))
         client.download(t, piece)

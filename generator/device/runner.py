@@ -81,8 +81,10 @@ class Device:
     def write(self, data: bytes) -> None:
         try:
             assert self.proc.stdin is not None
-            self.proc.stdin.write(data)
-            self.proc.stdin.flush()
+            fd = self.proc.stdin.fileno()  # straight to the pipe: one write, no buffer
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
         except (BrokenPipeError, OSError) as exc:
             raise DeviceError(f"{self.description} stopped accepting input"
                               f"{self._exit_text()}") from exc

@@ -59,6 +59,10 @@ class Unframer:
         return 4 + struct.unpack_from("<I", self._logical)[0] + 2
 
     def feed(self, data: bytes) -> Iterator[bytes]:
+        whole = self._whole_frame(data)
+        if whole is not None:
+            yield whole
+            return
         i = 0
         n = len(data)
         while i < n:
@@ -94,6 +98,19 @@ class Unframer:
             run = data[i:end]
             i = end
             yield from self._take(run, run)
+
+    def _whole_frame(self, data: bytes) -> bytes | None:
+        """The payload when `data` is exactly one intact frame without a doubled FF (a
+        reply that came in one read), found without the byte-wise path; else None."""
+        if self._in_frame or self._saw_esc or len(data) < 8 or data[0] != ESC or \
+                data[1] != START or data.find(b"\xff", 2) >= 0:
+            return None
+        length = struct.unpack_from("<I", data, 2)[0]
+        if len(data) != 8 + length or length > self.max_payload:
+            return None
+        if struct.unpack_from("<H", data, 6 + length)[0] != crc16_ccitt(data[:6 + length]):
+            return None  # the byte-wise path counts the error
+        return data[6:6 + length]
 
     def frame_bytes_left(self) -> int:
         """Bytes (unescaped) still to come of the frame being received; 0 if none or unknown."""

@@ -124,27 +124,49 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return bytes(data)
 
 
+class Inbox:
+    """A client's bytes, read in large pieces: a small packet takes one recv, not two (its
+    length, then its body). Bytes past the packet wait for the next one."""
+
+    CHUNK = 1 << 16
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self._buf = bytearray()
+
+    def take(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            chunk = self.conn.recv(max(n - len(self._buf), self.CHUNK))
+            if not chunk:
+                raise ClientGone()
+            self._buf += chunk
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
+
+
 class NotRpc(Exception):
     """The client sent a packet length that is not TVM RPC (internal to the bridge)."""
 
 
-def _recv_packet(conn: socket.socket,
+def _recv_packet(inbox: Inbox,
                  hold_large: Callable[[int, bytes], bool] | None = None) -> bytes | int:
     """One client packet with its length prefix, or the length of one too large to hold
     (its bytes are read and dropped, so the stream stays in sync). `hold_large(nbytes,
     head)` may keep a larger packet after seeing the start of its body."""
-    (nbytes,) = struct.unpack("<Q", _recv_exact(conn, 8))
+    prefix = inbox.take(8)
+    (nbytes,) = struct.unpack("<Q", prefix)
     if nbytes > MAX_CLIENT_PACKET:
         raise NotRpc()
     if nbytes > MAX_HELD_PACKET:
-        head = _recv_exact(conn, firmware.CALL_HEAD)
+        head = inbox.take(firmware.CALL_HEAD)
         if hold_large is not None and hold_large(nbytes, head):
-            return struct.pack("<Q", nbytes) + head + _recv_exact(conn, nbytes - len(head))
+            return prefix + head + inbox.take(nbytes - len(head))
         left = nbytes - len(head)
         while left:
-            left -= len(_recv_exact(conn, min(left, 1 << 16)))
+            left -= len(inbox.take(min(left, 1 << 16)))
         return nbytes + 8
-    return struct.pack("<Q", nbytes) + _recv_exact(conn, nbytes)
+    return prefix + inbox.take(nbytes)
 
 
 def _close_gently(conn: socket.socket) -> None:
@@ -293,7 +315,7 @@ class Bridge:
 
         The handshake's own refusals only offer "key does not match" texts; an exception
         reply reaches the stock client as the RPCError it raises from rpc.connect."""
-        packet = _recv_packet(conn)
+        packet = _recv_packet(Inbox(conn))
         if isinstance(packet, int) or (len(packet) < packets.PREFIX.size + 4
                                        or packets.packet_code(packet) != packets.SHUTDOWN):
             why = (f"serving another client ({holder})" if holder is not None
@@ -324,10 +346,11 @@ class Bridge:
             self.device.ensure()
         except DeviceError as exc:
             self._event(exc.one_line())
+        inbox = Inbox(conn)
         while True:
             started = time.monotonic()
             try:
-                packet = _recv_packet(conn, self._hold_upload)
+                packet = _recv_packet(inbox, self._hold_upload)
             except ClientGone:
                 self._reset_device_state()  # the client vanished without kShutdown
                 return
