@@ -78,3 +78,24 @@ def test_restart_marker_inside_frame_starts_a_new_frame():
 def test_oversize_length_is_refused():
     u = Unframer(max_payload=16)
     assert list(u.feed(encode_frame(b"x" * 17) + encode_frame(b"ok"))) == [b"ok"]
+
+
+def test_whole_frames_in_one_read_decode_like_the_bytewise_path():
+    """A read that holds exactly one frame takes the fast path; a damaged one is counted
+    once and the next still decodes; one read after a partial frame is not a whole frame."""
+    rng = random.Random(11)
+    u = Unframer()
+    for _ in range(300):
+        payload = bytes(rng.randrange(256) for _ in range(rng.randrange(60)))
+        assert list(u.feed(encode_frame(payload))) == [payload]
+    assert u.errors == 0
+    bad = bytearray(encode_frame(b"abc"))
+    bad[-1] ^= 0x01  # the CRC's high byte, no FF in the frame
+    assert list(u.feed(bytes(bad))) == [] and u.errors == 1
+    assert list(u.feed(encode_frame(b"next"))) == [b"next"]
+    frame = encode_frame(b"split")
+    assert list(u.feed(frame[:5])) == []
+    assert list(u.feed(frame[5:] + b"")) == [b"split"]
+    assert list(u.feed(frame[:3])) == []
+    assert list(u.feed(encode_frame(b"restart"))) == [b"restart"]  # FF FD restarts it
+    assert u.errors == 2

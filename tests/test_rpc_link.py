@@ -388,6 +388,22 @@ def test_handles_carry_the_epoch_both_ways():
     assert epochs.to_device(junk) == junk  # the device's own checks refuse it
 
 
+def test_a_repeated_packet_reuses_its_rewriting_within_one_epoch_only():
+    from generator.rpc.handles import EPOCH_SHIFT, HandleEpochs, Stale
+
+    epochs = HandleEpochs()
+    call = Requests.call(0x30000 | epochs.epoch << EPOCH_SHIFT, Tensor(
+        0x20000000 | epochs.epoch << EPOCH_SHIFT, (4,)))
+    first = epochs.to_device(call)
+    assert epochs.to_device(call) is first  # the memo
+    assert first == Requests.call(0x30000, Tensor(0x20000000, (4,)))
+    reply = packets.packet(packets.RETURN, packets.encode_args(Handle(0x20000040)))
+    assert decode_return(epochs.to_client(reply)) == [Handle(0x20000040 | 1 << EPOCH_SHIFT)]
+    epochs.advance()
+    assert isinstance(epochs.to_device(call), Stale)  # the same bytes, a new epoch
+    assert decode_return(epochs.to_client(reply)) == [Handle(0x20000040 | 2 << EPOCH_SHIFT)]
+
+
 def test_epochs_wrap_without_zero():
     from generator.rpc.handles import MAX_EPOCH, HandleEpochs
 
