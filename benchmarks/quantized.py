@@ -41,6 +41,7 @@ from docs_tables import DocsTable, add_docs_options, publish, refuse_subset
 
 from generator.boards import load_board
 from generator.export import export_model
+from generator.export.lower import kernel_scratch_bytes
 from generator.project.generate import TVM_CODE_CFLAGS, tvm_include_dirs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,20 +88,6 @@ def tflite_weight_bytes(path: Path) -> tuple[int, int, int]:
             if q is not None:
                 quant += 4 * q.ScaleLength() + 8 * q.ZeroPointLength()
     return weights, biases, quant
-
-
-def kernel_scratch_bytes(c_source: str) -> int:
-    """The largest sum of local array sizes over the kernels' C functions."""
-    sizes = {"int8_t": 1, "uint8_t": 1, "int16_t": 2, "int32_t": 4, "uint32_t": 4,
-             "int64_t": 8, "float": 4, "double": 8}
-    largest = 0
-    for body in re.split(r"\nTVM_DLL void ", c_source)[1:]:
-        total = sum(sizes.get(t, 8) * int(n)
-                    for t, n in re.findall(r"^\s+(\w+) \w+\[(\d+)\];", body, re.M))
-        total += sum(int(n) for n in re.findall(r"TVMBackendAllocWorkspace\([^;]*?"
-                                                r"\(uint64_t\)(\d+)ULL", body))
-        largest = max(largest, total)
-    return largest
 
 
 def deterministic_input(shape: tuple[int, ...]) -> np.ndarray:

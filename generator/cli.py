@@ -214,6 +214,10 @@ class Export(Command):
                             help="schedule kernels as 'microtvm-gen tune' found fastest (its "
                                  "output directory or records.jsonl); the archive records "
                                  "which candidates")
+        parser.add_argument("--memory", choices=("fast", "small"), default="fast",
+                            help="fast: every kernel writes its own output (the lifetime "
+                                 "bound); small: kernels that can write over their input do "
+                                 "(docs/memory.md)")
         add_accelerator_path(parser)
 
     def do_run(self, args):
@@ -236,6 +240,8 @@ class Export(Command):
                               "archives hold CPU kernels for timing")
         if args.tuning_records and args.style == "operator":
             raise ExportError("--tuning-records applies to full-model exports")
+        if args.memory != "fast" and args.style == "operator":
+            raise ExportError("--memory applies to full-model exports")
         tuning = TuningRecords.load(args.tuning_records) if args.tuning_records else None
 
         check_output(args.output, "-o", FILE, inputs=[args.model])
@@ -262,7 +268,7 @@ class Export(Command):
         from generator.export import export_model
 
         r = export_model(args.model, args.output, shapes, module=args.module,
-                         accelerators=selected, tuning=tuning)
+                         accelerators=selected, tuning=tuning, memory=args.memory)
         r.notes.extend(defaults_notes)
         r.notes.extend(f"accelerator '{s.name}' is the default on {args.board}"
                        for s in selected if s.origin == "default")
@@ -271,7 +277,9 @@ class Export(Command):
             self.emit_json({
                 "archive": str(r.path), "module": r.module, "mlf_version": 8,
                 "kernels": r.kernels, "calls": r.calls,
-                "pool_bytes": r.plan.pool_bytes, "lower_bound_bytes": r.plan.lower_bound,
+                "pool_bytes": r.plan.pool_bytes, "lower_bound_bytes": r.lifetime_bound,
+                "memory": r.memory, "over_input_calls": r.over_inputs,
+                "kernel_scratch_bytes": r.scratch_bytes,
                 "constants_bytes": r.constants_bytes, "seconds": round(r.seconds, 3),
                 "inputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
                            for t in r.inputs],
@@ -294,9 +302,11 @@ class Export(Command):
         for kind, tensors in (("input ", r.inputs), ("output", r.outputs)):
             for t in tensors:
                 print(f"  {kind}  {t.name}: {t.dtype}{list(t.shape)}")
-        print(f"  plan    activations {r.plan.pool_bytes} B, lower bound "
-              f"{r.plan.lower_bound} B ({r.plan.ratio:.2f}x); weights "
-              f"{_fmt_bytes(r.constants_bytes)} in flash")
+        ratio = r.plan.pool_bytes / r.lifetime_bound if r.lifetime_bound else 1.0
+        over = (f", {r.over_inputs} calls write over their input" if r.over_inputs else "")
+        print(f"  plan    activations {r.plan.pool_bytes} B ({r.memory}{over}) + kernel "
+              f"scratch {r.scratch_bytes} B; lifetime lower bound {r.lifetime_bound} B "
+              f"({ratio:.2f}x); weights {_fmt_bytes(r.constants_bytes)} in flash")
         if r.quant.integer or r.quant.fallback:
             print(f"  int8    {r.quant.summary()}")
             for op, why in r.quant.fallback:

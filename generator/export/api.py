@@ -9,8 +9,8 @@ from pathlib import Path
 from generator.accel.dispatch import OffloadReport, Selected
 from generator.cnames import c_identifiers
 from generator.errors import ExportError, MlfError
-from generator.export import ccode, frontend
-from generator.export.lower import Lowered, lower
+from generator.export import ccode, frontend, qkernels
+from generator.export.lower import Lowered, kernel_scratch_bytes, lower
 from generator.export.mlf_writer import (
     ABI_NAME,
     MLF_VERSION,
@@ -25,6 +25,10 @@ from generator.export.tuning import TuningRecords
 from generator.mlf.schema import check_metadata
 
 TARGET = "c -keys=cpu"
+# How activations are laid out: "fast" gives every kernel its own output (the lifetime
+# bound); "small" builds the kernels that can write over their input so, and the plan
+# gives their outputs their inputs' bytes (docs/memory.md).
+MEMORY_PRESETS = ("fast", "small")
 
 
 @dataclass
@@ -43,27 +47,32 @@ class ExportResult:
     offload: OffloadReport = field(default_factory=OffloadReport)
     cpu_calls: list[str] = field(default_factory=list)  # kernels left on the CPU, in order
     tuned: list = field(default_factory=list)  # tuning.TunedKernel
+    memory: str = "fast"  # the MEMORY_PRESETS entry the plan was made with
+    lifetime_bound: int = 0  # the activations' lifetime lower bound (ccode.AotCode)
+    over_inputs: int = 0  # calls whose output takes its input's bytes
+    scratch_bytes: int = 0  # the kernels' own working memory at most (lower.kernel_scratch_bytes)
 
 
 def export_model(model: Path, dest: Path, shapes: dict[str, tuple[int, ...]] | None = None,
                  module: str = "default",
                  accelerators: list[Selected] | None = None,
-                 tuning: TuningRecords | None = None) -> ExportResult:
+                 tuning: TuningRecords | None = None, memory: str = "fast") -> ExportResult:
     """Import an ONNX or TFLite file with TVM 0.27 and write it as an MLF v8 archive
-    (kernels `tuning` has records for scheduled as `tune` found fastest)."""
+    (kernels `tuning` has records for scheduled as `tune` found fastest; `memory` one of
+    MEMORY_PRESETS)."""
     start = time.monotonic()
     mod, output_names = frontend.import_model(model, shapes or {})
     return _export(mod, dest, module, output_names, model.name, start, accelerators or [],
-                   tuning)
+                   tuning, memory)
 
 
 def export_relax(mod, dest: Path, module: str = "default",
                  output_names: list[str] | None = None,
                  accelerators: list[Selected] | None = None,
-                 tuning: TuningRecords | None = None) -> ExportResult:
+                 tuning: TuningRecords | None = None, memory: str = "fast") -> ExportResult:
     """Write a Relax IRModule (weights bound as constants, static shapes) as MLF v8."""
     return _export(mod, dest, module, output_names, "Relax IRModule", time.monotonic(),
-                   accelerators or [], tuning)
+                   accelerators or [], tuning, memory)
 
 
 def _check_module_name(module: str) -> None:
@@ -73,12 +82,14 @@ def _check_module_name(module: str) -> None:
 
 def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin: str,
             start: float, accelerators: list[Selected],
-            tuning: TuningRecords | None = None) -> ExportResult:
+            tuning: TuningRecords | None = None, memory: str = "fast") -> ExportResult:
+    if memory not in MEMORY_PRESETS:
+        raise ExportError(f"memory preset '{memory}': choose {' or '.join(MEMORY_PRESETS)}")
     lowered, input_names, names = lower_model(mod, module, output_names, accelerators,
-                                              tuning)
+                                              tuning, memory)
     program = lowered.program
     code = ccode.generate(lowered, module, input_names, names)
-    write_lowered(dest, module, lowered, code, origin, accelerators, tuning)
+    write_lowered(dest, module, lowered, code, origin, accelerators, tuning, memory)
     notes = [f"output '{n}' is copied after the last kernel" for n in code.copied_outputs]
     notes += [f"accelerator '{name}' matched no operator; the model runs on the CPU"
               for name in lowered.offload.unmatched]
@@ -88,20 +99,24 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
                         code.outputs, time.monotonic() - start, notes, lowered.quant,
                         lowered.offload,
                         [c.kernel for c in program.calls
-                         if c.kernel not in lowered.accel_kernels], lowered.tuned)
+                         if c.kernel not in lowered.accel_kernels], lowered.tuned,
+                        memory, code.lifetime_bound, code.over_inputs,
+                        kernel_scratch_bytes(lowered.c_source))
 
 
 def lower_model(mod, module: str, output_names: list[str] | None,
-                accelerators: list[Selected],
-                tuning: TuningRecords | None = None) -> tuple[Lowered, list[str], list[str]]:
-    """The model lowered to kernels and their calls, with its input and output names."""
+                accelerators: list[Selected], tuning: TuningRecords | None = None,
+                memory: str = "fast") -> tuple[Lowered, list[str], list[str]]:
+    """The model lowered to kernels and their calls, with its input and output names
+    (with `memory` "small", kernels that can write over their input are built so)."""
     _check_module_name(module)
     input_names = _input_names(mod)
     ccode.check_io_names(input_names, list(output_names or []))
     # The model's names are data: TVM names kernel parameters after main's parameters and
     # its C codegen writes them as they are (`float* 0_ptr`), so main gets C names.
     mod = _with_input_names(mod, c_identifiers(input_names))
-    lowered = lower(mod, module, accelerators, tuning)
+    with qkernels.in_place_kernels(memory == "small"):
+        lowered = lower(mod, module, accelerators, tuning)
     program = lowered.program
     names = output_names or []
     if len(names) != len(program.outputs):
@@ -114,9 +129,10 @@ def lower_model(mod, module: str, output_names: list[str] | None,
 
 
 def write_lowered(dest: Path, module: str, lowered: Lowered, code: ccode.AotCode, origin: str,
-                  accelerators: list[Selected], tuning: TuningRecords | None = None) -> None:
+                  accelerators: list[Selected], tuning: TuningRecords | None = None,
+                  memory: str = "fast") -> None:
     """The MLF v8 archive of lowered code: checked to read back before it is written."""
-    meta = _metadata(module, lowered, code, origin, accelerators, tuning)
+    meta = _metadata(module, lowered, code, origin, accelerators, tuning, memory)
     try:  # what `info` and `generate` refuse is never written
         check_metadata(meta, MLF_VERSION, "metadata.json")
     except MlfError as exc:
@@ -188,7 +204,8 @@ def _accelerators_meta(lowered, accelerators: list[Selected]) -> list[dict]:
 
 
 def _metadata(module: str, lowered, code: ccode.AotCode, origin: str,
-              accelerators: list[Selected], tuning: TuningRecords | None = None) -> dict:
+              accelerators: list[Selected], tuning: TuningRecords | None = None,
+              memory: str = "fast") -> dict:
 
     program = lowered.program
     memory_plan = code.plan
@@ -221,7 +238,8 @@ def _metadata(module: str, lowered, code: ccode.AotCode, origin: str,
                 "pools": [
                     {"name": code.pool_name, "kind": "workspace", "placement": "internal",
                      "size_bytes": memory_plan.pool_bytes, "alignment": 16,
-                     "lower_bound_bytes": memory_plan.lower_bound,
+                     "lower_bound_bytes": code.lifetime_bound,
+                     "memory_preset": memory, "over_input_calls": code.over_inputs,
                      "tensors": [{"offset": p.offset, "size": p.size,
                                   "first_call": p.first, "last_call": p.last}
                                  for p in memory_plan.placements]},

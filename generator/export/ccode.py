@@ -7,6 +7,7 @@ activations are offsets in one static workspace pool, weights are `const` arrays
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from generator import abi
@@ -14,7 +15,7 @@ from generator.cdata import c_bytes_initializer
 from generator.cnames import c_identifiers
 from generator.errors import ExportError, MlfError
 from generator.export.lower import Lowered, Program
-from generator.export.planner import ALIGN, Interval, Plan, plan
+from generator.export.planner import ALIGN, Interval, Plan, lower_bound, plan
 from generator.mlf.model import (
     PROFILE_MARK_FUNCTION,
     external_pool_macro,
@@ -47,6 +48,10 @@ class AotCode:
     constants_bytes: int
     copied_outputs: list[str]  # outputs that are not written in place (copied at the end)
     layers: list[dict]  # per call: its tensors and where they live (metadata "layers")
+    # The lifetime lower bound: the most bytes of tensors live at once when every kernel
+    # writes its own output. The plan is below it when kernels write over their inputs.
+    lifetime_bound: int = 0
+    over_inputs: int = 0  # calls whose output takes its input's bytes
 
 
 def check_io_names(input_names: list[str], output_names: list[str]) -> None:
@@ -77,8 +82,11 @@ def _io_tensors(program: Program, input_names: list[str],
     return tensors[:len(input_names)], tensors[len(input_names):]
 
 
-def pool_intervals(program: Program, in_place_outputs: set[int]) -> list[Interval]:
-    """Lifetimes (in call steps) of the activations that live in the pool."""
+def pool_intervals(program: Program, in_place_outputs: set[int],
+                   aliases: dict[int, int] | None = None) -> list[Interval]:
+    """Lifetimes (in call steps) of the activations that live in the pool; a tensor in
+    `aliases` (`over_input_aliases`) lives in the bytes of the tensor it maps to."""
+    aliases = aliases or {}
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     for step, call in enumerate(program.calls):
@@ -86,14 +94,48 @@ def pool_intervals(program: Program, in_place_outputs: set[int]) -> list[Interva
             root = program.root(tid)
             if program.tensors[root].kind != "activation" or root in in_place_outputs:
                 continue
+            root = aliases.get(root, root)
             first.setdefault(root, step)
             last[root] = step
     end = len(program.calls)
     for tid in program.outputs:  # copied to the caller after the last call
         root = program.root(tid)
+        root = aliases.get(root, root)
         if root in first:
             last[root] = end
     return [Interval(t, program.tensors[t].nbytes, first[t], last[t]) for t in sorted(first)]
+
+
+def over_input_aliases(program: Program, in_place_kernels: dict[str, int],
+                       in_place_outputs: set[int]) -> dict[int, int]:
+    """Activations written over an input: output → the pool tensor whose bytes it takes.
+
+    A call of a kernel that can write over its input i (`Lowered.in_place`) takes that
+    input's bytes when both live in the pool, have the same size, and no later call (nor the
+    caller) reads the input. Chains follow: a tensor written over one that was itself
+    written over another maps to the first."""
+    last_read: dict[int, int] = {}
+    for step, call in enumerate(program.calls):
+        for tid in call.args[:len(call.args) - call.outputs]:
+            last_read[program.root(tid)] = step
+    returned = {program.root(t) for t in program.outputs}
+    aliases: dict[int, int] = {}
+    for step, call in enumerate(program.calls):
+        index = in_place_kernels.get(call.kernel)
+        if index is None or call.outputs != 1:
+            continue
+        inputs = [program.root(t) for t in call.args[:len(call.args) - call.outputs]]
+        if index >= len(inputs):
+            continue
+        src, dst = inputs[index], program.root(call.written[0])
+        tensors = program.tensors
+        if (tensors[src].kind != "activation" or tensors[dst].kind != "activation"
+                or src in in_place_outputs or dst in in_place_outputs or src in returned
+                or inputs.count(src) != 1 or last_read.get(src) != step
+                or tensors[src].nbytes != tensors[dst].nbytes or src == dst):
+            continue
+        aliases[dst] = aliases.get(src, src)
+    return aliases
 
 
 def generate(lowered: Lowered, module: str, input_names: list[str],
@@ -112,8 +154,13 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
         root = program.root(tid)
         if program.tensors[root].kind == "activation" and root not in in_place:
             in_place[root] = out.c_name
-    memory_plan = plan(pool_intervals(program, set(in_place)))
+    aliases = over_input_aliases(program, lowered.in_place, set(in_place))
+    memory_plan = plan(pool_intervals(program, set(in_place), aliases))
+    lifetime = lower_bound(pool_intervals(program, set(in_place)))
     pool = f"{prefix}workspace_pool"
+
+    def pool_offset(root: int) -> int:
+        return memory_plan.offset_of(aliases.get(root, root))
 
     constants = sorted({program.root(t) for c in program.calls for t in c.args
                         if program.tensors[program.root(t)].kind == "constant"}
@@ -131,7 +178,7 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
             return const_names[root]
         if root in in_place:
             return f"outputs->{in_place[root]}"
-        return f"({pool} + {memory_plan.offset_of(root)})"
+        return f"({pool} + {pool_offset(root)})"
 
     mark = profile_mark_macro(module)
     lines = [f"  {mark}(0);"]
@@ -165,12 +212,15 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
         outputs=outputs,
         constants_bytes=sum(program.tensors[t].nbytes for t in constants),
         copied_outputs=copied,
-        layers=_layers(program, lowered, inputs, in_place, memory_plan, const_names, prefix),
+        layers=_layers(program, lowered, inputs, in_place, pool_offset, const_names, prefix),
+        lifetime_bound=lifetime,
+        over_inputs=len(aliases),
     )
 
 
 def _layers(program: Program, lowered: Lowered, inputs: list[IoTensor], in_place: dict[int, str],
-            memory_plan: Plan, const_names: dict[int, str], prefix: str) -> list[dict]:
+            pool_offset: Callable[[int], int], const_names: dict[int, str],
+            prefix: str) -> list[dict]:
     """What each call reads and writes, and where those bytes live: `report`'s per-layer
     table. A constant's bytes count for the first call that reads it."""
     input_of = {tid: t.c_name for tid, t in zip(program.inputs, inputs, strict=True)}
@@ -192,7 +242,7 @@ def _layers(program: Program, lowered: Lowered, inputs: list[IoTensor], in_place
             elif root in in_place:
                 kind, ref = "output", in_place[root]
             else:
-                ref = f"pool+{memory_plan.offset_of(root)}"
+                ref = f"pool+{pool_offset(root)}"
             args.append({"role": "input" if position < n_inputs else "output", "kind": kind,
                          "shape": list(tensor.shape), "dtype": tensor.dtype,
                          "bytes": tensor.nbytes, "ref": ref})

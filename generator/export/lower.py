@@ -89,6 +89,9 @@ class Lowered:
     tuned: list = field(default_factory=list)  # tuning.TunedKernel: kernels scheduled by tune
     tuning_notes: list[str] = field(default_factory=list)
     kernel_macs: dict[str, int] = field(default_factory=dict)  # kernel → MACs of one call
+    # kernel → the input its output may overwrite (qkernels.IN_PLACE_ATTR; not for kernels
+    # an accelerator or a tuning record replaced)
+    in_place: dict[str, int] = field(default_factory=dict)
 
 
 def relax_pipeline():
@@ -151,8 +154,12 @@ def lower(mod, module_name: str = "default", accelerators: list[Selected] | None
         raise ExportError(f"TVM's C codegen did not emit kernels {', '.join(missing)}")
     macs = {name: (offload_report.macs_of(name) if name in accel_kernels
                    else kernel_macs(func)) for name, func in kernels.items()}
+    replaced = set(accel_kernels) | {t.kernel for t in tuned_kernels}
+    in_place = {name: int(func.attrs[qkernels.IN_PLACE_ATTR]) for name, func in kernels.items()
+                if name not in replaced and func.attrs is not None
+                and qkernels.IN_PLACE_ATTR in func.attrs}
     return Lowered(program, c_source, prototypes, relax_text, quant, accel_kernels,
-                   offload_report, tuned_kernels, tuning_notes, macs)
+                   offload_report, tuned_kernels, tuning_notes, macs, in_place)
 
 
 def fuse(mod, accelerators: list[Selected] | None = None) \
@@ -256,6 +263,21 @@ def kernel_definitions(c_source: str, prefix: str) -> dict[str, str]:
     defined in `c_source`."""
     return {m.group(1)[len(prefix):]: m.group(0) for m in _DEFINITION_RE.finditer(c_source)
             if m.group(1).startswith(prefix)}
+
+
+def kernel_scratch_bytes(c_source: str) -> int:
+    """The kernels' scratch: the largest sum of local array sizes (stack) and
+    TVMBackendAllocWorkspace requests over the kernels' C functions."""
+    sizes = {"int8_t": 1, "uint8_t": 1, "int16_t": 2, "int32_t": 4, "uint32_t": 4,
+             "int64_t": 8, "float": 4, "double": 8}
+    largest = 0
+    for body in re.split(r"\nTVM_DLL void ", c_source)[1:]:
+        total = sum(sizes.get(t, 8) * int(n)
+                    for t, n in re.findall(r"^\s+(\w+) \w+\[(\d+)\];", body, re.M))
+        total += sum(int(n) for n in re.findall(r"TVMBackendAllocWorkspace\([^;]*?"
+                                                r"\(uint64_t\)(\d+)ULL", body))
+        largest = max(largest, total)
+    return largest
 
 
 def last_line(exc: BaseException) -> str:

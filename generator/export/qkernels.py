@@ -60,10 +60,27 @@ def with_blocks_forms(enabled: bool = True) -> Iterator[None]:
         _with_blocks.reset(token)
 
 
-def build_key() -> tuple[str, bool]:
-    """What a model's build depends on here: the conv2d form, and whether kernels carry
-    their "blocks" form too."""
-    return _conv_form.get(), _with_blocks.get()
+# Whether kernels that can write over their input are built so (`in_place_kernels`): the
+# `--memory small` preset. Such a kernel carries IN_PLACE_ATTR; the memory plan may then
+# give its output the bytes of that input, when the input is read by no later call.
+_in_place: contextvars.ContextVar[bool] = contextvars.ContextVar("in_place", default=False)
+IN_PLACE_ATTR = "mtvg.in_place"  # PrimFunc attribute: the input its output may overwrite
+
+
+@contextlib.contextmanager
+def in_place_kernels(enabled: bool = True) -> Iterator[None]:
+    """Inside the block, kernels that can run in place are built to (IN_PLACE_ATTR)."""
+    token = _in_place.set(enabled)
+    try:
+        yield
+    finally:
+        _in_place.reset(token)
+
+
+def build_key() -> tuple[str, bool, bool]:
+    """What a model's build depends on here: the conv2d form, whether kernels carry
+    their "blocks" form too, and whether they are built to run in place."""
+    return _conv_form.get(), _with_blocks.get(), _in_place.get()
 
 
 @dataclass(frozen=True)
@@ -153,9 +170,11 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
     are [KH, KW, Cout] (Cout = Cin · multiplier). The products are x · (w − weight_zero)
     (`weight_zero` is nonzero for uint8 models mapped to int8). `bias` already holds
     bias − input_zero · Σ(w − weight_zero), so padding reads the input zero point."""
-    if (any(pads) or not depthwise) and _conv_form.get() == "auto":
+    in_place = _in_place.get() and _in_place_conv(x_shape, weights.shape, out_shape, strides,
+                                                  pads, dilation, depthwise)
+    if (any(pads) or not depthwise or in_place) and _conv_form.get() == "auto":
         kernel = _conv2d_clipped(x_shape, weights, bias, out_shape, strides, pads, dilation,
-                                 input_zero, requant, depthwise, weight_zero)
+                                 input_zero, requant, depthwise, weight_zero, in_place)
         if _with_blocks.get():
             with conv_form("blocks"):
                 kernel.blocks = conv2d_nhwc(x_shape, weights, bias, out_shape, strides, pads,
@@ -219,11 +238,27 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
                   [weights.astype(np.int8), bias.astype(np.int32), *requant.constants()])
 
 
+def _in_place_conv(x_shape: tuple[int, ...], w_shape: tuple[int, ...],
+                   out_shape: tuple[int, ...], strides: tuple[int, int],
+                   pads: tuple[int, int, int, int], dilation: tuple[int, int],
+                   depthwise: bool) -> bool:
+    """Whether a conv2d can write its output over its input: a depthwise conv of multiplier
+    1 whose output has the input's shape (stride 1, "same" padding), computed a block of
+    channels at a time into a buffer of one block's planes; or a 1x1 conv, stride 1, no
+    padding, as many output channels as input ones, computed a pixel at a time into a
+    buffer of one pixel's channels."""
+    if tuple(out_shape) != tuple(x_shape) or tuple(strides) != (1, 1):
+        return False
+    if depthwise:
+        return w_shape[-1] == x_shape[3]
+    return tuple(w_shape[1:3]) == (1, 1) and not any(pads)
+
+
 def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
                     out_shape: tuple[int, ...], strides: tuple[int, int],
                     pads: tuple[int, int, int, int], dilation: tuple[int, int],
                     input_zero: int, requant: Requant, depthwise: bool,
-                    weight_zero: int = 0) -> Kernel:
+                    weight_zero: int = 0, in_place: bool = False) -> Kernel:
     """A conv2d as TIR statements. Padded, it works TFLite's way: for each output position
     the tap loops run only over the in-bounds taps (their ranges computed once per
     position), so the inner loop has no bounds check; skipped taps would have read the input
@@ -234,7 +269,11 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
     overhead among them.
     A weight zero point (uint8 models) enters as x · (w − zw): a depthwise conv subtracts
     it from each weight; a regular conv sums its input taps once per output position
-    (shared by every output channel) and starts each accumulator at bias − zw · Σx."""
+    (shared by every output channel) and starts each accumulator at bias − zw · Σx.
+    `in_place` (see `_in_place_conv`): the output may be the input's own bytes. A depthwise
+    conv then runs block by block of channels, each block's planes into a buffer first; a
+    1x1 conv pixel by pixel, each pixel's channels into a buffer first; each buffer is
+    copied out once its inputs are no longer read."""
     t = tirx
     i32 = "int32"
     n_, h_, w_, cin = x_shape
@@ -316,7 +355,12 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
         slot = k if block > 1 else zero
         scaled = multiply_by_quantized_multiplier(rq.ar, t.BufferLoad(acc, [slot]), *scale)
         result = _clamp_int8(scaled + requant.zero_point, requant.act_min, requant.act_max)
-        store = t.BufferStore(ob, result, [n, i, j, channel])
+        if not in_place:
+            store = t.BufferStore(ob, result, [n, i, j, channel])
+        elif depthwise:
+            store = t.BufferStore(staged, result, [i, j, slot])
+        else:
+            store = t.BufferStore(staged, result, [channel])
         x_sum = t.Var("x_sum", i32)
         tap_sums = []  # Σx over the position's taps, for a regular conv's weight zero point
         if weight_zero and not depthwise:
@@ -338,23 +382,43 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
         ])
         hl, hh = tap_range(h0, dh, h_, kh_)
         wl, wh = tap_range(w0, dw, w_, kw_)
-        position = t.SeqStmt([
+        ranges = [
             t.LetStmt(h0, i * sh - top), t.LetStmt(w0, j * sw - left),
             t.LetStmt(h_lo, hl), t.LetStmt(h_hi, t.max(hh, hl)),
             t.LetStmt(w_lo, wl), t.LetStmt(w_hi, t.max(wh, wl)),
             *tap_sums,
-            *([t.LetStmt(x_sum, t.BufferLoad(acc, [zero]))] if tap_sums else []),
-            loop(c, zero, t.const(cout // block, i32), per_channel)])
+            *([t.LetStmt(x_sum, t.BufferLoad(acc, [zero]))] if tap_sums else [])]
+        blocks = cout // block
+        if in_place and depthwise:  # channel blocks outermost; each position in the block
+            ci, cj, ck = (t.Var(v, i32) for v in ("ci", "cj", "ck"))
+            copy = loop(ci, zero, t.const(oh_, i32), loop(cj, zero, t.const(ow_, i32), loop(
+                ck, zero, t.const(block, i32), t.BufferStore(
+                    ob, t.BufferLoad(staged, [ci, cj, ck]), [n, ci, cj, c * block + ck]))))
+            planes = loop(i, zero, t.const(oh_, i32), loop(j, zero, t.const(ow_, i32),
+                                                           t.SeqStmt([*ranges, per_channel])))
+            nest = loop(n, zero, t.const(n_, i32), loop(c, zero, t.const(blocks, i32),
+                                                        t.SeqStmt([planes, copy])))
+            return t.SeqStmt([t.AllocBuffer(acc), t.AllocBuffer(staged), nest])
+        position = [*ranges, loop(c, zero, t.const(blocks, i32), per_channel)]
+        if in_place:  # a pixel's channels, then over the pixel's input
+            cc = t.Var("cc", i32)
+            position.append(loop(cc, zero, t.const(cout, i32), t.BufferStore(
+                ob, t.BufferLoad(staged, [cc]), [n, i, j, cc])))
         nest = loop(n, zero, t.const(n_, i32), loop(i, zero, t.const(oh_, i32), loop(
-            j, zero, t.const(ow_, i32), position)))
-        return t.SeqStmt([t.AllocBuffer(acc), nest])
+            j, zero, t.const(ow_, i32), t.SeqStmt(position))))
+        allocs = [t.AllocBuffer(acc), *([t.AllocBuffer(staged)] if in_place else [])]
+        return t.SeqStmt([*allocs, nest])
 
+    staged = t.decl_buffer((oh_, ow_, block) if depthwise else (cout,), "int8", "staged")
     ins = [x, w, b, *rq.placeholders]
     in_bufs = [t.decl_buffer(v.shape, v.dtype, f"{v.op.name}_buf") for v in ins]
     out_buf = t.decl_buffer(out_shape, "int8", "out_buf")
     out = te.extern(out_shape, ins, body, name="conv", dtype="int8", in_buffers=in_bufs,
                     out_buffers=[out_buf])
-    return Kernel(_func([*ins, out]),
+    func = _func([*ins, out])
+    if in_place:  # the output may be the bytes of input 0: no no-alias promise
+        func = func.with_attr("tir.noalias", False).with_attr(IN_PLACE_ATTR, 0)
+    return Kernel(func,
                   [weights.astype(np.int8), bias.astype(np.int32), *requant.constants()])
 
 

@@ -1,0 +1,114 @@
+"""`export --memory small`: kernels that write over their input, and a plan below the
+lifetime bound (docs/memory.md).
+
+kws's four depthwise and four pointwise convolutions take their input's bytes: the plan
+halves (16,000 → 8,064 B), the outputs stay TFLite Micro's byte for byte on the host, the
+AN385 and the micro:bit, where the lifetime-bound plan does not fit."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+
+import numpy as np
+import pytest
+
+from generator.cli import main
+from generator.export import export_model
+from generator.export.ccode import over_input_aliases, pool_intervals
+from generator.export.lower import KernelCall, Program, Tensor
+from generator.export.planner import lower_bound
+from generator.project.generate import generate
+from generator.run import run_project
+from tests.conftest import REPO, require_board_tools
+
+KWS = REPO / "tests" / "fixtures" / "models" / "mlperftiny_kws" / "kws_ref_model.tflite"
+SMALL_BOARDS = ["host", "qemu-mps2-an385", "qemu-microbit"]
+
+
+def _program(calls: list[tuple[str, list[int]]], sizes: list[int], outputs: list[int]) -> Program:
+    """Tensor 0 is the model's input, the rest activations of the given sizes."""
+    tensors = [Tensor(0, (sizes[0],), "int8", "input")]
+    tensors += [Tensor(i, (n,), "int8", "activation") for i, n in enumerate(sizes) if i]
+    return Program(tensors, [0], outputs, ["out"] * len(outputs),
+                   [KernelCall(kernel, args) for kernel, args in calls])
+
+
+def test_outputs_take_their_inputs_bytes_only_when_nothing_reads_them_later():
+    # 0 -conv-> 1 -dw-> 2 -pw-> 3 -dw-> 4 -pool-> 5 (returned)
+    chain = _program([("conv", [0, 1]), ("dw", [1, 2]), ("pw", [2, 3]), ("dw", [3, 4]),
+                      ("pool", [4, 5])], [10, 64, 64, 64, 64, 4], [5])
+    in_place = {"dw": 0, "pw": 0}
+    aliases = over_input_aliases(chain, in_place, set())
+    assert aliases == {2: 1, 3: 1, 4: 1}  # a chain maps to its first tensor
+    intervals = pool_intervals(chain, set(), aliases)
+    assert [(i.tensor, i.first, i.last) for i in intervals] == [(1, 0, 4), (5, 4, 5)]
+    assert lower_bound(intervals) == 64 + 16  # sizes aligned to 16
+    assert lower_bound(pool_intervals(chain, set())) == 128
+    # A residual: 1 is read again after the dw call, so the dw writes its own output.
+    residual = _program([("conv", [0, 1]), ("dw", [1, 2]), ("add", [1, 2, 3])],
+                        [10, 64, 64, 64], [3])
+    assert over_input_aliases(residual, in_place, set()) == {}
+    # A returned input, a size change, an input the caller holds: no alias either.
+    returned = _program([("conv", [0, 1]), ("dw", [1, 2])], [10, 64, 64], [1, 2])
+    assert over_input_aliases(returned, in_place, set()) == {}
+    resized = _program([("conv", [0, 1]), ("dw", [1, 2])], [10, 64, 32], [2])
+    assert over_input_aliases(resized, in_place, set()) == {}
+    direct = _program([("dw", [0, 1])], [64, 64], [1])
+    assert over_input_aliases(direct, in_place, set()) == {}
+    written_out = _program([("conv", [0, 1]), ("dw", [1, 2])], [10, 64, 64], [2])
+    assert over_input_aliases(written_out, in_place, {2}) == {}  # 2 goes to the caller
+
+
+@pytest.fixture(scope="module")
+def kws_small(tmp_path_factory):
+    return export_model(KWS, tmp_path_factory.mktemp("small") / "kws.tar", memory="small")
+
+
+def test_kws_small_plan_is_half_the_lifetime_bound(kws_small, capsys):
+    r = kws_small
+    assert (r.memory, r.over_inputs, r.lifetime_bound) == ("small", 8, 16_000)
+    assert r.plan.pool_bytes == 8_064  # 8,000 B of activations + the pool's 64 B output
+    assert r.plan.pool_bytes + r.scratch_bytes <= 9_000  # issue 27's figure for kws
+    with tarfile.open(r.path) as tar:
+        meta = json.load(tar.extractfile("./metadata.json"))["modules"]["default"]
+    pool = meta["pools"][0]
+    assert (pool["size_bytes"], pool["lower_bound_bytes"], pool["memory_preset"],
+            pool["over_input_calls"]) == (8_064, 16_000, "small", 8)
+    # Each depthwise and pointwise call reads and writes the same pool bytes.
+    for layer in meta["layers"]:
+        if layer["kernel"].startswith(("q_depthwise_conv2d", "q_conv2d1")):
+            refs = [a["ref"] for a in layer["args"] if a["kind"] == "activation"]
+            assert len(refs) == 2 and refs[0] == refs[1], layer
+    assert main(["info", str(r.path)]) == 0
+    assert "activations 8064 B in one pool" in capsys.readouterr().out
+
+
+def test_memory_preset_is_checked_and_named(tmp_path, capsys):
+    out = tmp_path / "k.tar"
+    assert main(["export", str(KWS), "-o", str(out), "--memory", "small", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["memory"], printed["pool_bytes"], printed["lower_bound_bytes"],
+            printed["over_input_calls"]) == ("small", 8_064, 16_000, 8)
+    assert main(["export", str(KWS), "-o", str(tmp_path / "o.tar"), "--style", "operator",
+                 "--memory", "small"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--memory applies to full-model exports" in err[0], err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board", SMALL_BOARDS)
+def test_small_plan_is_bit_identical_to_tflite_micro(board, kws_small, tmp_path):
+    """25 vectors; on the micro:bit (16 KiB of RAM), where the fast plan is refused
+    (tests/test_export.py::test_too_big_for_the_microbit_is_refused), kws now runs."""
+    from tests.test_export import _kws_inputs, tflm_outputs
+
+    require_board_tools(board)
+    xs, expected = _kws_inputs()
+    project = tmp_path / "p"
+    generate(kws_small.path, board, project)
+    report = run_project(project, [{"input_1": x} for x in xs])
+    got = [o["Identity"] for o in report.outputs]
+    assert [int(np.argmax(g)) for g in got] == expected
+    assert [g.tobytes() for g in got] == [w.tobytes() for w in tflm_outputs(KWS, xs)]
+
