@@ -218,6 +218,10 @@ class Export(Command):
                             help="fast: every kernel writes its own output (the lifetime "
                                  "bound); small: kernels that can write over their input do "
                                  "(docs/memory.md)")
+        parser.add_argument("--ram-budget", type=int, metavar="BYTES",
+                            help="the most RAM the model may take (activations, kernel "
+                                 "scratch, I/O buffers): the first preset from --memory on "
+                                 "that fits, or one line with the smallest figure")
         add_accelerator_path(parser)
 
     def do_run(self, args):
@@ -240,8 +244,10 @@ class Export(Command):
                               "archives hold CPU kernels for timing")
         if args.tuning_records and args.style == "operator":
             raise ExportError("--tuning-records applies to full-model exports")
-        if args.memory != "fast" and args.style == "operator":
-            raise ExportError("--memory applies to full-model exports")
+        if (args.memory != "fast" or args.ram_budget is not None) and args.style == "operator":
+            raise ExportError("--memory and --ram-budget apply to full-model exports")
+        if args.ram_budget is not None and args.ram_budget <= 0:
+            raise ExportError(f"--ram-budget {args.ram_budget}: give a number of bytes above 0")
         tuning = TuningRecords.load(args.tuning_records) if args.tuning_records else None
 
         check_output(args.output, "-o", FILE, inputs=[args.model])
@@ -268,7 +274,8 @@ class Export(Command):
         from generator.export import export_model
 
         r = export_model(args.model, args.output, shapes, module=args.module,
-                         accelerators=selected, tuning=tuning, memory=args.memory)
+                         accelerators=selected, tuning=tuning, memory=args.memory,
+                         ram_budget=args.ram_budget)
         r.notes.extend(defaults_notes)
         r.notes.extend(f"accelerator '{s.name}' is the default on {args.board}"
                        for s in selected if s.origin == "default")

@@ -93,7 +93,7 @@ def test_memory_preset_is_checked_and_named(tmp_path, capsys):
     assert main(["export", str(KWS), "-o", str(tmp_path / "o.tar"), "--style", "operator",
                  "--memory", "small"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--memory applies to full-model exports" in err[0], err
+    assert len(err) == 1 and "--memory and --ram-budget apply to full-model" in err[0], err
 
 
 @pytest.mark.slow
@@ -112,3 +112,19 @@ def test_small_plan_is_bit_identical_to_tflite_micro(board, kws_small, tmp_path)
     assert [int(np.argmax(g)) for g in got] == expected
     assert [g.tobytes() for g in got] == [w.tobytes() for w in tflm_outputs(KWS, xs)]
 
+
+
+def test_ram_budget_takes_the_first_preset_that_fits(tmp_path, capsys):
+    """kws needs 16,000 + 520 + 502 B fast, 8,064 + 520 + 502 B small (activations, kernel
+    scratch, I/O buffers)."""
+    out = tmp_path / "k.tar"
+    assert main(["export", str(KWS), "-o", str(out), "--ram-budget", "12000", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["memory"], printed["pool_bytes"]) == ("small", 8_064)
+    refused = tmp_path / "r.tar"
+    assert main(["export", str(KWS), "-o", str(refused), "--ram-budget", "9000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["microtvm-gen export: error: the model needs at least 9,086 B of RAM "
+                   "(activations, kernel scratch and I/O buffers, --memory small); "
+                   "--ram-budget is 9,000 B"], err
+    assert not refused.exists()

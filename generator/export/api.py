@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,14 +57,35 @@ class ExportResult:
 def export_model(model: Path, dest: Path, shapes: dict[str, tuple[int, ...]] | None = None,
                  module: str = "default",
                  accelerators: list[Selected] | None = None,
-                 tuning: TuningRecords | None = None, memory: str = "fast") -> ExportResult:
+                 tuning: TuningRecords | None = None, memory: str = "fast",
+                 ram_budget: int | None = None) -> ExportResult:
     """Import an ONNX or TFLite file with TVM 0.27 and write it as an MLF v8 archive
     (kernels `tuning` has records for scheduled as `tune` found fastest; `memory` one of
-    MEMORY_PRESETS)."""
+    MEMORY_PRESETS). With `ram_budget` (bytes of activations, kernel scratch and I/O
+    buffers), the first preset from `memory` on whose plan fits is written, or none."""
     start = time.monotonic()
     mod, output_names = frontend.import_model(model, shapes or {})
-    return _export(mod, dest, module, output_names, model.name, start, accelerators or [],
-                   tuning, memory)
+    if ram_budget is None:
+        return _export(mod, dest, module, output_names, model.name, start,
+                       accelerators or [], tuning, memory)
+    needs = {}
+    for preset in MEMORY_PRESETS[MEMORY_PRESETS.index(memory):]:
+        result = _export(mod, dest, module, output_names, model.name, start,
+                         accelerators or [], tuning, preset,
+                         keep=lambda r: ram_needed(r) <= ram_budget)
+        needs[preset] = ram_needed(result)
+        if needs[preset] <= ram_budget:
+            return result
+    smallest = min(needs, key=needs.get)
+    raise ExportError(f"the model needs at least {needs[smallest]:,} B of RAM (activations, "
+                      f"kernel scratch and I/O buffers, --memory {smallest}); "
+                      f"--ram-budget is {ram_budget:,} B")
+
+
+def ram_needed(result: ExportResult) -> int:
+    """What `--ram-budget` counts: activations, the kernels' scratch, the I/O buffers."""
+    return (result.plan.pool_bytes + result.scratch_bytes
+            + sum(t.size_bytes for t in [*result.inputs, *result.outputs]))
 
 
 def export_relax(mod, dest: Path, module: str = "default",
@@ -82,26 +104,31 @@ def _check_module_name(module: str) -> None:
 
 def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin: str,
             start: float, accelerators: list[Selected],
-            tuning: TuningRecords | None = None, memory: str = "fast") -> ExportResult:
+            tuning: TuningRecords | None = None, memory: str = "fast",
+            keep: Callable[[ExportResult], bool] | None = None) -> ExportResult:
+    """Lower and plan, and write the archive (only if `keep` says yes to the result when
+    it is given)."""
     if memory not in MEMORY_PRESETS:
         raise ExportError(f"memory preset '{memory}': choose {' or '.join(MEMORY_PRESETS)}")
     lowered, input_names, names = lower_model(mod, module, output_names, accelerators,
                                               tuning, memory)
     program = lowered.program
     code = ccode.generate(lowered, module, input_names, names)
-    write_lowered(dest, module, lowered, code, origin, accelerators, tuning, memory)
     notes = [f"output '{n}' is copied after the last kernel" for n in code.copied_outputs]
     notes += [f"accelerator '{name}' matched no operator; the model runs on the CPU"
               for name in lowered.offload.unmatched]
     notes += lowered.tuning_notes
-    return ExportResult(dest, module, len({c.kernel for c in program.calls}),
-                        len(program.calls), code.plan, code.constants_bytes, code.inputs,
-                        code.outputs, time.monotonic() - start, notes, lowered.quant,
-                        lowered.offload,
-                        [c.kernel for c in program.calls
-                         if c.kernel not in lowered.accel_kernels], lowered.tuned,
-                        memory, code.lifetime_bound, code.over_inputs,
-                        kernel_scratch_bytes(lowered.c_source))
+    result = ExportResult(dest, module, len({c.kernel for c in program.calls}),
+                          len(program.calls), code.plan, code.constants_bytes, code.inputs,
+                          code.outputs, time.monotonic() - start, notes, lowered.quant,
+                          lowered.offload,
+                          [c.kernel for c in program.calls
+                           if c.kernel not in lowered.accel_kernels], lowered.tuned,
+                          memory, code.lifetime_bound, code.over_inputs,
+                          kernel_scratch_bytes(lowered.c_source))
+    if keep is None or keep(result):
+        write_lowered(dest, module, lowered, code, origin, accelerators, tuning, memory)
+    return result
 
 
 def lower_model(mod, module: str, output_names: list[str] | None,
