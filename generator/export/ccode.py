@@ -85,56 +85,60 @@ def _io_tensors(program: Program, input_names: list[str],
 def pool_intervals(program: Program, in_place_outputs: set[int],
                    aliases: dict[int, int] | None = None) -> list[Interval]:
     """Lifetimes (in call steps) of the activations that live in the pool; a tensor in
-    `aliases` (`over_input_aliases`) lives in the bytes of the tensor it maps to."""
+    `aliases` (`over_input_aliases`) lives in the bytes of the tensor it maps to, which are
+    as many as the largest of the tensors that share them."""
     aliases = aliases or {}
     first: dict[int, int] = {}
     last: dict[int, int] = {}
+    size: dict[int, int] = {}
     for step, call in enumerate(program.calls):
         for tid in call.args:
             root = program.root(tid)
             if program.tensors[root].kind != "activation" or root in in_place_outputs:
                 continue
-            root = aliases.get(root, root)
-            first.setdefault(root, step)
-            last[root] = step
+            shared = aliases.get(root, root)
+            size[shared] = max(size.get(shared, 0), program.tensors[root].nbytes)
+            first.setdefault(shared, step)
+            last[shared] = step
     end = len(program.calls)
     for tid in program.outputs:  # copied to the caller after the last call
         root = program.root(tid)
         root = aliases.get(root, root)
         if root in first:
             last[root] = end
-    return [Interval(t, program.tensors[t].nbytes, first[t], last[t]) for t in sorted(first)]
+    return [Interval(t, size[t], first[t], last[t]) for t in sorted(first)]
 
 
 def over_input_aliases(program: Program, in_place_kernels: dict[str, int],
                        in_place_outputs: set[int]) -> dict[int, int]:
     """Activations written over an input: output → the pool tensor whose bytes it takes.
 
-    A call of a kernel that can write over its input i (`Lowered.in_place`) takes that
-    input's bytes when both live in the pool, have the same size, and no later call (nor the
-    caller) reads the input. Chains follow: a tensor written over one that was itself
-    written over another maps to the first."""
+    A call of a kernel that can write over its input i (bit i of `Lowered.in_place`: its
+    output starts at that input's first byte, whatever their sizes) takes the first such
+    input's bytes that both live in the pool and no later call (nor the caller) reads.
+    Chains follow: a tensor written over one that was itself written over another maps to
+    the first."""
     last_read: dict[int, int] = {}
     for step, call in enumerate(program.calls):
         for tid in call.args[:len(call.args) - call.outputs]:
             last_read[program.root(tid)] = step
     returned = {program.root(t) for t in program.outputs}
     aliases: dict[int, int] = {}
+    tensors = program.tensors
     for step, call in enumerate(program.calls):
-        index = in_place_kernels.get(call.kernel)
-        if index is None or call.outputs != 1:
+        mask = in_place_kernels.get(call.kernel, 0)
+        if not mask or call.outputs != 1:
             continue
         inputs = [program.root(t) for t in call.args[:len(call.args) - call.outputs]]
-        if index >= len(inputs):
+        dst = program.root(call.written[0])
+        if tensors[dst].kind != "activation" or dst in in_place_outputs:
             continue
-        src, dst = inputs[index], program.root(call.written[0])
-        tensors = program.tensors
-        if (tensors[src].kind != "activation" or tensors[dst].kind != "activation"
-                or src in in_place_outputs or dst in in_place_outputs or src in returned
-                or inputs.count(src) != 1 or last_read.get(src) != step
-                or tensors[src].nbytes != tensors[dst].nbytes or src == dst):
-            continue
-        aliases[dst] = aliases.get(src, src)
+        for index, src in enumerate(inputs):
+            if (mask >> index & 1 and tensors[src].kind == "activation"
+                    and src not in in_place_outputs and src not in returned
+                    and inputs.count(src) == 1 and last_read.get(src) == step and src != dst):
+                aliases[dst] = aliases.get(src, src)
+                break
     return aliases
 
 

@@ -89,8 +89,8 @@ class Lowered:
     tuned: list = field(default_factory=list)  # tuning.TunedKernel: kernels scheduled by tune
     tuning_notes: list[str] = field(default_factory=list)
     kernel_macs: dict[str, int] = field(default_factory=dict)  # kernel → MACs of one call
-    # kernel → the input its output may overwrite (qkernels.IN_PLACE_ATTR; not for kernels
-    # an accelerator or a tuning record replaced)
+    # kernel → bit mask of the inputs its output may overwrite (qkernels.IN_PLACE_ATTR; not
+    # for kernels an accelerator or a tuning record replaced)
     in_place: dict[str, int] = field(default_factory=dict)
 
 

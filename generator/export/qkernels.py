@@ -64,7 +64,9 @@ def with_blocks_forms(enabled: bool = True) -> Iterator[None]:
 # `--memory small` preset. Such a kernel carries IN_PLACE_ATTR; the memory plan may then
 # give its output the bytes of that input, when the input is read by no later call.
 _in_place: contextvars.ContextVar[bool] = contextvars.ContextVar("in_place", default=False)
-IN_PLACE_ATTR = "mtvg.in_place"  # PrimFunc attribute: the input its output may overwrite
+# PrimFunc attribute: a bit mask of the inputs (bit i: input i) whose first byte the output
+# may start at, overwriting it
+IN_PLACE_ATTR = "mtvg.in_place"
 
 
 @contextlib.contextmanager
@@ -170,8 +172,8 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
     are [KH, KW, Cout] (Cout = Cin · multiplier). The products are x · (w − weight_zero)
     (`weight_zero` is nonzero for uint8 models mapped to int8). `bias` already holds
     bias − input_zero · Σ(w − weight_zero), so padding reads the input zero point."""
-    in_place = _in_place.get() and _in_place_conv(x_shape, weights.shape, out_shape, strides,
-                                                  pads, dilation, depthwise)
+    in_place = (_in_place_conv(x_shape, weights.shape, out_shape, strides, pads, depthwise)
+                if _in_place.get() else None)
     if (any(pads) or not depthwise or in_place) and _conv_form.get() == "auto":
         kernel = _conv2d_clipped(x_shape, weights, bias, out_shape, strides, pads, dilation,
                                  input_zero, requant, depthwise, weight_zero, in_place)
@@ -238,27 +240,64 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
                   [weights.astype(np.int8), bias.astype(np.int32), *requant.constants()])
 
 
+# The most bytes an in-place kernel stages (a C array on the stack): TVM's C codegen puts
+# larger local arrays in TVMBackendAllocWorkspace, which full-model archives do not have.
+MAX_STAGED_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class InPlace:
+    """How a conv2d writes its output over its input, both starting at the same byte.
+
+    "pixels" (a 1x1 conv, stride 1, no padding, the input's rows and columns): each pixel's
+    channels go into a buffer, then over the pixel; first pixel first when the output has
+    no more channels than the input, last pixel first when it has more, so a pixel's output
+    only covers inputs already read. "rows" (batch 1, an output row of at most an input
+    row's bytes): output rows go into a ring of `ring` rows; row r goes out once every
+    output row that reads the input rows under it has been computed."""
+
+    mode: str  # "pixels" | "rows"
+    ring: int = 1
+
+
+def flushed_rows(c, out_rows: int, stride: int, top: int, in_row_bytes: int,
+                 out_row_bytes: int, tir_min=min, tir_max=max, floordiv=lambda a, b: a // b):
+    """The last output row that may be written over the input once output row `c` has been
+    computed (-1: none yet): row r covers input rows up to ((r+1)·Ro − 1) // Ri, and input
+    row i is last read by output row (i + top) // stride at the latest."""
+    last = floordiv(((c + 1) * stride - top) * in_row_bytes, out_row_bytes) - 1
+    return tir_max(-1, tir_min(c, last))
+
+
 def _in_place_conv(x_shape: tuple[int, ...], w_shape: tuple[int, ...],
                    out_shape: tuple[int, ...], strides: tuple[int, int],
-                   pads: tuple[int, int, int, int], dilation: tuple[int, int],
-                   depthwise: bool) -> bool:
-    """Whether a conv2d can write its output over its input: a depthwise conv of multiplier
-    1 whose output has the input's shape (stride 1, "same" padding), computed a block of
-    channels at a time into a buffer of one block's planes; or a 1x1 conv, stride 1, no
-    padding, as many output channels as input ones, computed a pixel at a time into a
-    buffer of one pixel's channels."""
-    if tuple(out_shape) != tuple(x_shape) or tuple(strides) != (1, 1):
-        return False
-    if depthwise:
-        return w_shape[-1] == x_shape[3]
-    return tuple(w_shape[1:3]) == (1, 1) and not any(pads)
+                   pads: tuple[int, int, int, int], depthwise: bool) -> InPlace | None:
+    """How a conv2d can write over its input (InPlace), or None."""
+    if x_shape[0] != 1 or out_shape[0] != 1:
+        return None
+    _, h_, w_, cin = x_shape
+    _, oh_, ow_, cout = out_shape
+    if (not depthwise and tuple(w_shape[1:3]) == (1, 1) and not any(pads)
+            and tuple(strides) == (1, 1) and (oh_, ow_) == (h_, w_)):
+        return InPlace("pixels") if cout <= MAX_STAGED_BYTES else None
+    in_row, out_row = w_ * cin, ow_ * cout
+    if out_row > in_row:
+        return None
+    sh, top = strides[0], pads[0]
+    ring, done = 1, -1
+    for c in range(oh_):
+        ring = max(ring, c - done)
+        done = oh_ - 1 if c == oh_ - 1 else flushed_rows(c, oh_, sh, top, in_row, out_row)
+    if ring * out_row > MAX_STAGED_BYTES:
+        return None
+    return InPlace("rows", ring)
 
 
 def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
                     out_shape: tuple[int, ...], strides: tuple[int, int],
                     pads: tuple[int, int, int, int], dilation: tuple[int, int],
                     input_zero: int, requant: Requant, depthwise: bool,
-                    weight_zero: int = 0, in_place: bool = False) -> Kernel:
+                    weight_zero: int = 0, in_place: InPlace | None = None) -> Kernel:
     """A conv2d as TIR statements. Padded, it works TFLite's way: for each output position
     the tap loops run only over the in-bounds taps (their ranges computed once per
     position), so the inner loop has no bounds check; skipped taps would have read the input
@@ -270,10 +309,8 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
     A weight zero point (uint8 models) enters as x · (w − zw): a depthwise conv subtracts
     it from each weight; a regular conv sums its input taps once per output position
     (shared by every output channel) and starts each accumulator at bias − zw · Σx.
-    `in_place` (see `_in_place_conv`): the output may be the input's own bytes. A depthwise
-    conv then runs block by block of channels, each block's planes into a buffer first; a
-    1x1 conv pixel by pixel, each pixel's channels into a buffer first; each buffer is
-    copied out once its inputs are no longer read."""
+    `in_place` (see `_in_place_conv`): the output may start at the input's first byte; each
+    result goes into a small buffer first and out once the inputs it covers are read."""
     t = tirx
     i32 = "int32"
     n_, h_, w_, cin = x_shape
@@ -355,10 +392,10 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
         slot = k if block > 1 else zero
         scaled = multiply_by_quantized_multiplier(rq.ar, t.BufferLoad(acc, [slot]), *scale)
         result = _clamp_int8(scaled + requant.zero_point, requant.act_min, requant.act_max)
-        if not in_place:
+        if in_place is None:
             store = t.BufferStore(ob, result, [n, i, j, channel])
-        elif depthwise:
-            store = t.BufferStore(staged, result, [i, j, slot])
+        elif in_place.mode == "rows":
+            store = t.BufferStore(staged, result, [t.floormod(i, in_place.ring), j, channel])
         else:
             store = t.BufferStore(staged, result, [channel])
         x_sum = t.Var("x_sum", i32)
@@ -389,27 +426,46 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
             *tap_sums,
             *([t.LetStmt(x_sum, t.BufferLoad(acc, [zero]))] if tap_sums else [])]
         blocks = cout // block
-        if in_place and depthwise:  # channel blocks outermost; each position in the block
-            ci, cj, ck = (t.Var(v, i32) for v in ("ci", "cj", "ck"))
-            copy = loop(ci, zero, t.const(oh_, i32), loop(cj, zero, t.const(ow_, i32), loop(
-                ck, zero, t.const(block, i32), t.BufferStore(
-                    ob, t.BufferLoad(staged, [ci, cj, ck]), [n, ci, cj, c * block + ck]))))
-            planes = loop(i, zero, t.const(oh_, i32), loop(j, zero, t.const(ow_, i32),
-                                                           t.SeqStmt([*ranges, per_channel])))
-            nest = loop(n, zero, t.const(n_, i32), loop(c, zero, t.const(blocks, i32),
-                                                        t.SeqStmt([planes, copy])))
+        if in_place is not None and in_place.mode == "rows":
+            def rows_out(first, stop):
+                """Output rows [first, stop) from the ring over the input."""
+                r, cj, cc = t.Var("r", i32), t.Var("cj", i32), t.Var("cc", i32)
+                return loop(r, first, stop - first, loop(cj, zero, t.const(ow_, i32), loop(
+                    cc, zero, t.const(cout, i32), t.BufferStore(ob, t.BufferLoad(staged, [
+                        t.floormod(r, in_place.ring), cj, cc]), [n, r, cj, cc]))))
+
+            def done(row):
+                return flushed_rows(row, oh_, sh, top, w_ * cin, ow_ * cout, t.min, t.max,
+                                    t.floordiv)
+
+            last = flushed_rows(oh_ - 1, oh_, sh, top, w_ * cin, ow_ * cout)
+            row = t.SeqStmt([
+                loop(j, zero, t.const(ow_, i32), t.SeqStmt(
+                    [*ranges, loop(c, zero, t.const(blocks, i32), per_channel)])),
+                rows_out(done(i - 1) + 1, done(i) + 1)])
+            nest = loop(n, zero, t.const(n_, i32), _seq([
+                loop(i, zero, t.const(oh_, i32), row),
+                *([rows_out(t.const(last + 1, i32), t.const(oh_, i32))] if last < oh_ - 1
+                  else [])]))
             return t.SeqStmt([t.AllocBuffer(acc), t.AllocBuffer(staged), nest])
         position = [*ranges, loop(c, zero, t.const(blocks, i32), per_channel)]
-        if in_place:  # a pixel's channels, then over the pixel's input
+        rows, cols = i, j
+        if in_place is not None:  # a pixel's channels, then over the pixel's input
             cc = t.Var("cc", i32)
             position.append(loop(cc, zero, t.const(cout, i32), t.BufferStore(
                 ob, t.BufferLoad(staged, [cc]), [n, i, j, cc])))
-        nest = loop(n, zero, t.const(n_, i32), loop(i, zero, t.const(oh_, i32), loop(
-            j, zero, t.const(ow_, i32), t.SeqStmt(position))))
-        allocs = [t.AllocBuffer(acc), *([t.AllocBuffer(staged)] if in_place else [])]
+            if cout > cin:  # last pixel first: its outputs only cover inputs already read
+                rows, cols = t.Var("ri", i32), t.Var("rj", i32)
+                position = [t.LetStmt(i, oh_ - 1 - rows), t.LetStmt(j, ow_ - 1 - cols),
+                            *position]
+        nest = loop(n, zero, t.const(n_, i32), loop(rows, zero, t.const(oh_, i32), loop(
+            cols, zero, t.const(ow_, i32), t.SeqStmt(position))))
+        allocs = [t.AllocBuffer(acc), *([t.AllocBuffer(staged)] if in_place is not None
+                                        else [])]
         return t.SeqStmt([*allocs, nest])
 
-    staged = t.decl_buffer((oh_, ow_, block) if depthwise else (cout,), "int8", "staged")
+    staged = t.decl_buffer((in_place.ring, ow_, cout) if in_place and in_place.mode == "rows"
+                           else (cout,), "int8", "staged")
     ins = [x, w, b, *rq.placeholders]
     in_bufs = [t.decl_buffer(v.shape, v.dtype, f"{v.op.name}_buf") for v in ins]
     out_buf = t.decl_buffer(out_shape, "int8", "out_buf")
@@ -417,7 +473,7 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
                     out_buffers=[out_buf])
     func = _func([*ins, out])
     if in_place:  # the output may be the bytes of input 0: no no-alias promise
-        func = func.with_attr("tir.noalias", False).with_attr(IN_PLACE_ATTR, 0)
+        func = func.with_attr("tir.noalias", False).with_attr(IN_PLACE_ATTR, 1)
     return Kernel(func,
                   [weights.astype(np.int8), bias.astype(np.int32), *requant.constants()])
 
@@ -536,7 +592,14 @@ def add(a_shape: tuple[int, ...], b_shape: tuple[int, ...], out_shape: tuple[int
         out = multiply_by_quantized_multiplier(ar, total, out_mult[0], out_mult[1])
         return _clamp_int8(out + zero_out, act_min, act_max)
 
-    return _pointwise([a_shape, b_shape], out_shape, element, "sub" if subtract else "add")
+    kernel = _pointwise([a_shape, b_shape], out_shape, element, "sub" if subtract else "add")
+    # Each element is read and written at the same index: the output may overwrite an input
+    # of its own shape (not a broadcast one).
+    over = sum(1 << i for i, shape in enumerate((a_shape, b_shape))
+               if tuple(shape) == tuple(out_shape))
+    if _in_place.get() and over:
+        kernel = kernel.with_attr("tir.noalias", False).with_attr(IN_PLACE_ATTR, over)
+    return kernel
 
 
 def _pointwise(in_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...], element,

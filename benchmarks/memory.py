@@ -1,0 +1,196 @@
+"""RAM per model and memory preset: the lifetime bound, our plans, what they cost, TFLite Micro.
+
+For each model, exported with `--memory fast` and `--memory small`:
+- the lifetime lower bound (the most bytes of tensors live at once when every kernel writes
+  its own output) and each plan's activation pool; the kernels' scratch (their stack arrays,
+  the largest kernel's); the I/O buffers;
+- instructions per inference on qemu-mps2-an385 (QEMU -icount, median of 3 inputs) for each
+  preset, and the small plan's cost against the fast one;
+- TensorFlow Lite Micro's arena for the same model (its Python interpreter's recording
+  allocator on x86-64: the whole arena, and its "head", where its activations live; the
+  AN385's 32-bit pointers make the tail a little smaller there);
+- both presets' outputs must be equal on the same inputs (the run refuses to print otherwise).
+
+It also draws kws's buffer timelines (docs/memory/kws-fast.svg, kws-small.svg): one row per
+call, one bar per tensor at its pool offset while it lives.
+
+Usage: python benchmarks/memory.py [--models kws,vww,...] [--docs | --check-docs]
+(--docs writes docs/memory.md's table and the pictures; --check-docs compares.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from html import escape
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from docs_tables import DocsTable, add_docs_options, publish, refuse_subset  # noqa: E402
+
+from generator.export import export_model  # noqa: E402
+from generator.export.api import ExportResult, ram_needed  # noqa: E402
+from generator.project.generate import generate  # noqa: E402
+from generator.run import run_project  # noqa: E402
+
+MODELS = {
+    "kws": REPO / "tests/fixtures/models/mlperftiny_kws/kws_ref_model.tflite",
+    "vww": REPO / "tests/fixtures/models/corpus/mlperf_vww_int8/vww_96_int8.tflite",
+    "resnet8": REPO / "tests/fixtures/models/corpus/mlperf_ic_resnet_int8/"
+                      "pretrainedResnet_quant.tflite",
+    "ad01": REPO / "tests/fixtures/models/corpus/mlperf_ad01_int8/ad01_int8.tflite",
+}
+BOARD = "qemu-mps2-an385"
+SAMPLES = 3
+PRESETS = ("fast", "small")
+DOCS_TABLE = DocsTable(REPO / "docs" / "memory.md", "memory-presets",
+                       "python benchmarks/memory.py --docs")
+PICTURES = REPO / "docs" / "memory"
+
+
+def tflm_arena(model: Path) -> tuple[int, int]:
+    """(arena total, its head) from TFLite Micro's recording allocator, in a child process
+    (the interpreter prints from C++)."""
+    code = ("from tflite_micro.python.tflite_micro import runtime\n"
+            f"runtime.Interpreter.from_file({str(model)!r}).print_allocations()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    text = out.stdout + out.stderr
+    total = re.search(r"Arena allocation total (\d+) bytes", text)
+    head = re.search(r"Arena allocation head (\d+) bytes", text)
+    if total is None or head is None:
+        raise RuntimeError(f"TFLite Micro printed no arena figures for {model.name}")
+    return int(total.group(1)), int(head.group(1))
+
+
+def samples(result: ExportResult) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(SAMPLES):
+        sample = {}
+        for t in result.inputs:
+            info = np.iinfo(t.dtype)
+            sample[t.name] = rng.integers(info.min, info.max + 1, t.shape, dtype=t.dtype)
+        out.append(sample)
+    return out
+
+
+def measure(name: str, model: Path, work: Path) -> dict:
+    row: dict = {"model": name}
+    outputs = {}
+    for preset in PRESETS:
+        result = export_model(model, work / f"{name}-{preset}.tar", memory=preset)
+        project = work / f"{name}-{preset}"
+        generate(result.path, BOARD, project)
+        report = run_project(project, samples(result))
+        outputs[preset] = [{k: v.tobytes() for k, v in o.items()} for o in report.outputs]
+        row[preset] = {"result": result, "pool": result.plan.pool_bytes,
+                       "scratch": result.scratch_bytes, "ram": ram_needed(result),
+                       "instructions": int(statistics.median(t.count for t in report.timings))}
+        row["bound"] = result.lifetime_bound
+        row["io"] = sum(t.size_bytes for t in [*result.inputs, *result.outputs])
+    if outputs["fast"] != outputs["small"]:
+        raise SystemExit(f"{name}: the small plan's outputs differ from the fast plan's")
+    row["tflm"] = tflm_arena(model)
+    return row
+
+
+def table_lines(rows: list[dict]) -> list[str]:
+    lines = ["| model | lifetime bound | fast: pool + scratch | small: pool + scratch | "
+             "small / bound | calls over their input | I/O | instructions fast | "
+             "instructions small | TFLite Micro arena (head) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        fast, small = r["fast"], r["small"]
+        cost = small["instructions"] / fast["instructions"]
+        lines.append(
+            f"| {r['model']} | {r['bound']:,} | {fast['pool']:,} + {fast['scratch']:,} | "
+            f"{small['pool']:,} + {small['scratch']:,} | "
+            f"{small['pool'] / r['bound']:.2f} | {small['result'].over_inputs} | "
+            f"{r['io']:,} | {fast['instructions']:,} | {small['instructions']:,} "
+            f"({cost:.3f}x) | {r['tflm'][0]:,} ({r['tflm'][1]:,}) |")
+    return lines
+
+
+def timeline_svg(result: ExportResult, title: str) -> str:
+    """The pool over the calls: a bar per tensor at its offset, from the call that writes
+    it to the last that reads it; hover titles give its bytes."""
+    placements = result.plan.placements
+    steps = max((p.last for p in placements), default=0) + 1
+    pool = max(result.lifetime_bound, result.plan.pool_bytes, 1)
+    width, height, left, top, bottom = 640, 300, 70, 30, 40
+    x_scale = (width - left - 10) / steps
+    y_scale = (height - top - bottom) / pool
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+             f"<title>{escape(title)}</title>",
+             f'<text x="{left}" y="18" font-size="13">{escape(title)}</text>']
+    colours = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1"]
+    for i, p in enumerate(sorted(placements, key=lambda p: (p.first, p.offset))):
+        x = left + p.first * x_scale
+        y = top + p.offset * y_scale
+        w = (p.last - p.first + 1) * x_scale
+        h = max(p.size * y_scale, 1.0)
+        parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" '
+                     f'fill="{colours[i % len(colours)]}" fill-opacity="0.8" stroke="#333" '
+                     f'stroke-width="0.5"><title>{p.size:,} B at offset {p.offset:,}, calls '
+                     f'{p.first}-{p.last}</title></rect>')
+    base = top + pool * y_scale
+    used = top + result.plan.pool_bytes * y_scale
+    parts += [f'<line x1="{left}" y1="{top}" x2="{left}" y2="{base:.1f}" stroke="#000"/>',
+              f'<line x1="{left}" y1="{base:.1f}" x2="{width - 10}" y2="{base:.1f}" '
+              'stroke="#000"/>',
+              f'<line x1="{left}" y1="{used:.1f}" x2="{width - 10}" y2="{used:.1f}" '
+              'stroke="#c00" stroke-dasharray="4 3"/>',
+              f'<text x="{left - 6}" y="{used + 4:.1f}" text-anchor="end" fill="#c00">'
+              f'{result.plan.pool_bytes:,} B</text>',
+              f'<text x="{left - 6}" y="{top + 4}" text-anchor="end">0</text>',
+              f'<text x="{(left + width) / 2:.0f}" y="{height - 8}" text-anchor="middle">'
+              f'kernel calls (1 to {steps})</text>']
+    if result.lifetime_bound > result.plan.pool_bytes:
+        parts.append(f'<text x="{left - 6}" y="{base + 4:.1f}" text-anchor="end">'
+                     f'{result.lifetime_bound:,} B</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    add_docs_options(parser, "docs/memory.md's table and pictures")
+    args = parser.parse_args()
+    refuse_subset(parser, args, "models")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            print(f"{name}: exporting, building and running both presets ...", file=sys.stderr)
+            rows.append(measure(name, MODELS[name], Path(tmp)))
+    lines = table_lines(rows)
+    kws = next((r for r in rows if r["model"] == "kws"), None)
+    pictures = {f"kws-{p}.svg": timeline_svg(kws[p]["result"], f"kws, --memory {p}")
+                for p in PRESETS} if kws else {}
+    if args.check_docs:
+        stale = [name for name, svg in pictures.items()
+                 if not (PICTURES / name).is_file() or (PICTURES / name).read_text() != svg]
+        for name in stale:
+            print(f"docs/memory/{name} is stale: {DOCS_TABLE.command}")
+        return max(publish(DOCS_TABLE, lines, True), 1 if stale else 0)
+    if args.docs:
+        PICTURES.mkdir(exist_ok=True)
+        for name, svg in pictures.items():
+            (PICTURES / name).write_text(svg)
+        return publish(DOCS_TABLE, lines, False)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
