@@ -137,6 +137,8 @@ class _Offloader:
         from tvm.ir.expr import GenericConst
 
         bound = {name: matchings[p] for name, p in pattern.parts.items() if p in matchings}
+        if not hasattr(getattr(orig, "ty", None), "shape"):
+            return None  # a call with a scratch output (--memory small): ours to run
         out_shape, out_dtype = _tensor_type(orig)
         if pattern.int8_kind is not None:
             if not hasattr(orig, "args"):  # a variable bound to the kernel's call

@@ -90,23 +90,39 @@ def pool_intervals(program: Program, in_place_outputs: set[int],
     aliases = aliases or {}
     first: dict[int, int] = {}
     last: dict[int, int] = {}
-    size: dict[int, int] = {}
     for step, call in enumerate(program.calls):
         for tid in call.args:
             root = program.root(tid)
             if program.tensors[root].kind != "activation" or root in in_place_outputs:
                 continue
-            shared = aliases.get(root, root)
-            size[shared] = max(size.get(shared, 0), program.tensors[root].nbytes)
-            first.setdefault(shared, step)
-            last[shared] = step
+            first.setdefault(root, step)
+            last[root] = step
     end = len(program.calls)
     for tid in program.outputs:  # copied to the caller after the last call
         root = program.root(tid)
-        root = aliases.get(root, root)
         if root in first:
             last[root] = end
-    return [Interval(t, size[t], first[t], last[t]) for t in sorted(first)]
+    members: dict[int, list[int]] = {}
+    for t in sorted(first):
+        members.setdefault(aliases.get(t, t), []).append(t)
+    intervals = []
+    for shared, group in members.items():
+        if len(group) == 1:
+            intervals.append(Interval(shared, program.tensors[shared].nbytes, first[shared],
+                                      last[shared]))
+            continue
+        # The shared bytes at each step: the most any member live then has.
+        lo, hi = min(first[t] for t in group), max(last[t] for t in group)
+        sizes = [max((program.tensors[t].nbytes for t in group if first[t] <= s <= last[t]),
+                     default=0) for s in range(lo, hi + 1)]
+        segments: list[tuple[int, int, int]] = []
+        for s, n in enumerate(sizes, start=lo):
+            if segments and segments[-1][2] == n:
+                segments[-1] = (segments[-1][0], s, n)
+            else:
+                segments.append((s, s, n))
+        intervals.append(Interval(shared, max(sizes), lo, hi, tuple(segments)))
+    return sorted(intervals, key=lambda i: i.tensor)
 
 
 def over_input_aliases(program: Program, in_place_kernels: dict[str, int],
@@ -127,7 +143,7 @@ def over_input_aliases(program: Program, in_place_kernels: dict[str, int],
     tensors = program.tensors
     for step, call in enumerate(program.calls):
         mask = in_place_kernels.get(call.kernel, 0)
-        if not mask or call.outputs != 1:
+        if not mask:
             continue
         inputs = [program.root(t) for t in call.args[:len(call.args) - call.outputs]]
         dst = program.root(call.written[0])

@@ -20,15 +20,24 @@ ALIGN = 16  # every tensor starts on a 16-byte boundary (vector loads, DMA engin
 
 @dataclass(frozen=True)
 class Interval:
-    """A tensor to place: its size and the steps [first, last] it is live."""
+    """A tensor to place: its size and the steps [first, last] it is live. `segments`
+    ((first, last, size), in order, covering [first, last]) give bytes that change over
+    its life: tensors written over one another share one place whose size at each step is
+    the live one's (`size` is the largest)."""
 
     tensor: int
     size: int
     first: int
     last: int
+    segments: tuple[tuple[int, int, int], ...] = ()
 
     def meets(self, other: Interval) -> bool:
         return self.first <= other.last and other.first <= self.last
+
+    def occupancy(self) -> tuple[tuple[int, int, int], ...]:
+        """(first, last, aligned bytes) over its life."""
+        return tuple((f, la, align_up(n)) for f, la, n in
+                     (self.segments or ((self.first, self.last, self.size),)))
 
 
 @dataclass(frozen=True)
@@ -66,7 +75,7 @@ def lower_bound(intervals: list[Interval]) -> int:
     if not intervals:
         return 0
     steps = range(min(i.first for i in intervals), max(i.last for i in intervals) + 1)
-    return max(sum(align_up(i.size) for i in intervals if i.first <= s <= i.last)
+    return max(sum(n for i in intervals for f, la, n in i.occupancy() if f <= s <= la)
                for s in steps)
 
 
@@ -75,19 +84,21 @@ EXHAUSTIVE_MAX = 7  # up to this many tensors, every placement order is tried if
 
 def _first_fit(order: list[Interval]) -> list[Placement]:
     """Each tensor in `order` at the lowest offset free of already placed tensors whose
-    lifetimes meet its own."""
-    placed: list[Placement] = []
+    lifetimes meet its own (where both have bytes at the same step)."""
+    placed: list[tuple[Interval, int]] = []
     for item in order:
-        size = align_up(item.size)
-        busy = sorted((p.offset, p.offset + align_up(p.size)) for p in placed
-                      if item.meets(Interval(p.tensor, p.size, p.first, p.last)))
+        # (bytes the item has then, busy start, busy end) for each step range it shares
+        clashes = [(n, offset, offset + m)
+                   for other, offset in placed if item.meets(other)
+                   for f, la, n in item.occupancy()
+                   for g, lb, m in other.occupancy() if f <= lb and g <= la]
         offset = 0
-        for start, end in busy:
-            if offset + size <= start:
+        for candidate in sorted({0, *(end for _, _, end in clashes)}):
+            if all(candidate + n <= start or candidate >= end for n, start, end in clashes):
+                offset = candidate
                 break
-            offset = max(offset, end)
-        placed.append(Placement(item.tensor, offset, item.size, item.first, item.last))
-    return placed
+        placed.append((item, offset))
+    return [Placement(i.tensor, offset, i.size, i.first, i.last) for i, offset in placed]
 
 
 def _peak(placed: list[Placement]) -> int:

@@ -114,6 +114,9 @@ class Kernel:
     # The same kernel in the "blocks" form (same parameters and results), where it differs
     # and was asked for (`with_blocks_forms`).
     blocks: tirx.PrimFunc | None = None
+    # An int8 buffer of this shape the kernel writes as working memory after its output
+    # (its last parameter): the memory plan gives it pool bytes for the call only.
+    scratch: tuple[int, ...] | None = None
 
     def with_attr(self, key: str, value) -> Kernel:
         """The kernel with a function attribute on each of its forms."""
@@ -243,11 +246,13 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
 # The most bytes an in-place kernel stages (a C array on the stack): TVM's C codegen puts
 # larger local arrays in TVMBackendAllocWorkspace, which full-model archives do not have.
 MAX_STAGED_BYTES = 1024
+MAX_POOLED_SHARE = 4  # a pooled staging buffer is at most 1/4 of the output it stages
 
 
 @dataclass(frozen=True)
 class InPlace:
-    """How a conv2d writes its output over its input, both starting at the same byte.
+    """How a conv2d writes its output over its input, both starting at the same byte
+    (`pooled`: its staging buffer is a scratch output in the pool, not a stack array).
 
     "pixels" (a 1x1 conv, stride 1, no padding, the input's rows and columns): each pixel's
     channels go into a buffer, then over the pixel; first pixel first when the output has
@@ -258,6 +263,7 @@ class InPlace:
 
     mode: str  # "pixels" | "rows"
     ring: int = 1
+    pooled: bool = False
 
 
 def flushed_rows(c, out_rows: int, stride: int, top: int, in_row_bytes: int,
@@ -288,9 +294,14 @@ def _in_place_conv(x_shape: tuple[int, ...], w_shape: tuple[int, ...],
     for c in range(oh_):
         ring = max(ring, c - done)
         done = oh_ - 1 if c == oh_ - 1 else flushed_rows(c, oh_, sh, top, in_row, out_row)
-    if ring * out_row > MAX_STAGED_BYTES:
-        return None
-    return InPlace("rows", ring)
+    staged = ring * out_row
+    if staged <= MAX_STAGED_BYTES:
+        return InPlace("rows", ring)
+    # Larger staging goes in the pool, when it is small next to what it saves (and no
+    # "blocks" form must keep the same parameters for tuning).
+    if staged * MAX_POOLED_SHARE <= oh_ * out_row and not _with_blocks.get():
+        return InPlace("rows", ring, pooled=True)
+    return None
 
 
 def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
@@ -352,6 +363,9 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
     def body(ins, outs):
         xb, wb, bb, *qb = ins
         ob = outs[0]
+        pooled = in_place is not None and in_place.pooled
+        stage = outs[1] if pooled else staged
+        local = [t.AllocBuffer(staged)] if in_place is not None and not pooled else []
         n, i, j, c = (t.Var(v, i32) for v in ("n", "i", "j", "c"))
         rh, rw, rc = (t.Var(v, i32) for v in ("rh", "rw", "rc"))
         h0, w0 = t.Var("h0", i32), t.Var("w0", i32)
@@ -395,9 +409,9 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
         if in_place is None:
             store = t.BufferStore(ob, result, [n, i, j, channel])
         elif in_place.mode == "rows":
-            store = t.BufferStore(staged, result, [t.floormod(i, in_place.ring), j, channel])
+            store = t.BufferStore(stage, result, [t.floormod(i, in_place.ring), j, channel])
         else:
-            store = t.BufferStore(staged, result, [channel])
+            store = t.BufferStore(stage, result, [channel])
         x_sum = t.Var("x_sum", i32)
         tap_sums = []  # Σx over the position's taps, for a regular conv's weight zero point
         if weight_zero and not depthwise:
@@ -431,7 +445,7 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
                 """Output rows [first, stop) from the ring over the input."""
                 r, cj, cc = t.Var("r", i32), t.Var("cj", i32), t.Var("cc", i32)
                 return loop(r, first, stop - first, loop(cj, zero, t.const(ow_, i32), loop(
-                    cc, zero, t.const(cout, i32), t.BufferStore(ob, t.BufferLoad(staged, [
+                    cc, zero, t.const(cout, i32), t.BufferStore(ob, t.BufferLoad(stage, [
                         t.floormod(r, in_place.ring), cj, cc]), [n, r, cj, cc]))))
 
             def done(row):
@@ -447,35 +461,51 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
                 loop(i, zero, t.const(oh_, i32), row),
                 *([rows_out(t.const(last + 1, i32), t.const(oh_, i32))] if last < oh_ - 1
                   else [])]))
-            return t.SeqStmt([t.AllocBuffer(acc), t.AllocBuffer(staged), nest])
+            return t.SeqStmt([t.AllocBuffer(acc), *local, nest])
         position = [*ranges, loop(c, zero, t.const(blocks, i32), per_channel)]
         rows, cols = i, j
         if in_place is not None:  # a pixel's channels, then over the pixel's input
             cc = t.Var("cc", i32)
             position.append(loop(cc, zero, t.const(cout, i32), t.BufferStore(
-                ob, t.BufferLoad(staged, [cc]), [n, i, j, cc])))
+                ob, t.BufferLoad(stage, [cc]), [n, i, j, cc])))
             if cout > cin:  # last pixel first: its outputs only cover inputs already read
                 rows, cols = t.Var("ri", i32), t.Var("rj", i32)
                 position = [t.LetStmt(i, oh_ - 1 - rows), t.LetStmt(j, ow_ - 1 - cols),
                             *position]
         nest = loop(n, zero, t.const(n_, i32), loop(rows, zero, t.const(oh_, i32), loop(
             cols, zero, t.const(ow_, i32), t.SeqStmt(position))))
-        allocs = [t.AllocBuffer(acc), *([t.AllocBuffer(staged)] if in_place is not None
-                                        else [])]
-        return t.SeqStmt([*allocs, nest])
+        return t.SeqStmt([t.AllocBuffer(acc), *local, nest])
 
-    staged = t.decl_buffer((in_place.ring, ow_, cout) if in_place and in_place.mode == "rows"
-                           else (cout,), "int8", "staged")
+    staged_shape = ((in_place.ring, ow_, cout) if in_place and in_place.mode == "rows"
+                    else (cout,))
+    staged = t.decl_buffer(staged_shape, "int8", "staged")
     ins = [x, w, b, *rq.placeholders]
     in_bufs = [t.decl_buffer(v.shape, v.dtype, f"{v.op.name}_buf") for v in ins]
-    out_buf = t.decl_buffer(out_shape, "int8", "out_buf")
-    out = te.extern(out_shape, ins, body, name="conv", dtype="int8", in_buffers=in_bufs,
-                    out_buffers=[out_buf])
-    func = _func([*ins, out])
+    out_bufs = [t.decl_buffer(out_shape, "int8", "out_buf")]
+    scratch = staged_shape if in_place and in_place.pooled else None
+    if scratch is not None:
+        out_bufs.append(t.decl_buffer(scratch, "int8", "scratch_buf"))
+    outs = te.extern([b_.shape for b_ in out_bufs], ins, body, name="conv", dtype="int8",
+                     in_buffers=in_bufs, out_buffers=out_bufs)
+    func = _func([*ins, *(outs if isinstance(outs, list) else [outs])])
     if in_place:  # the output may be the bytes of input 0: no no-alias promise
         func = func.with_attr("tir.noalias", False).with_attr(IN_PLACE_ATTR, 1)
     return Kernel(func,
-                  [weights.astype(np.int8), bias.astype(np.int32), *requant.constants()])
+                  [weights.astype(np.int8), bias.astype(np.int32), *requant.constants()],
+                  scratch=scratch)
+
+
+def kernel_call(emit, gv, args: list, kernel: Kernel, shape, dtype: str = "int8"):
+    """The Relax call of `kernel` (added as `gv`) on `args`: its output, of `shape`. A
+    kernel with a scratch output is called for both (`emit` binds that call) and the
+    output taken from the pair."""
+    from tvm import relax
+
+    out = relax.TensorType(tuple(shape), dtype)
+    if kernel.scratch is None:
+        return relax.call_tir(gv, args, out)
+    pair = emit(relax.call_tir(gv, args, [out, relax.TensorType(kernel.scratch, "int8")]))
+    return relax.TupleGetItem(pair, 0)
 
 
 def dense(batch: int, weights: np.ndarray, bias: np.ndarray, requant: Requant,

@@ -597,7 +597,8 @@ def integer_rewrite(mod, tag_ops: bool = False) -> tuple[object, QuantReport]:
             args = [self.visit_expr(v) for v in rewrite.inputs]
             args = [self.shift(a, "int8") if _tensor_dtype(a) == "uint8" else a for a in args]
             args += [relax.const(c) for c in rewrite.kernel.constants]
-            return relax.call_tir(gv, args, relax.TensorType(rewrite.out_shape, "int8"))
+            return qkernels.kernel_call(self.builder_.emit, gv, args, rewrite.kernel,
+                                        rewrite.out_shape)
 
         def uint8_args(self, op, new):
             """`new` with each argument that was uint8 and now is int8 shifted back: an

@@ -197,7 +197,6 @@ class Context:
                out_shape: tuple[int, ...] | None = None, out_dtype: str = "int8",
                op: QuantizedOp | None = None, set_out: bool = True):
         """A call of an integer kernel: activations `args`, then its constants."""
-        from tvm import relax
 
         if op is not None:
             kernel = kernel.with_attr(QOP_ATTR, len(self.report.ops))
@@ -207,11 +206,12 @@ class Context:
             self.report.ops[gv.name_hint] = op
         consts = [const(c) for c in kernel.constants]
         shape = out.shape if out_shape is None else out_shape
-        written = _output_shape(kernel.func)
+        written = _output_shape(kernel.func, 2 if kernel.scratch is not None else 1)
         if written is not None and written != tuple(shape):
             raise Unsupported(f"the kernel writes shape {list(written)}, the model declares "
                               f"{list(shape)}")
-        call = relax.call_tir(gv, [*args, *consts], relax.TensorType(shape, out_dtype))
+        call = qkernels.kernel_call(self.bb.emit, gv, [*args, *consts], kernel, shape,
+                                    out_dtype)
         self.report.integer.append(kind)
         for role, c in zip(kernel.constant_roles(), kernel.constants, strict=False):
             self.report.constant_bytes[role] += c.nbytes
@@ -221,10 +221,11 @@ class Context:
         return var
 
 
-def _output_shape(func) -> tuple[int, ...] | None:
-    """The shape of a kernel's last parameter (its output), when static."""
+def _output_shape(func, from_end: int = 1) -> tuple[int, ...] | None:
+    """The shape of a kernel's output (its last parameter, or the one before a scratch
+    output), when static."""
     try:
-        return tuple(int(d) for d in func.params[-1].shape)
+        return tuple(int(d) for d in func.params[-from_end].shape)
     except (AttributeError, IndexError, TypeError, ValueError):
         return None
 
