@@ -11,8 +11,8 @@ For each model, exported with `--memory fast` and `--memory small`:
   AN385's 32-bit pointers make the tail a little smaller there);
 - both presets' outputs must be equal on the same inputs (the run refuses to print otherwise).
 
-It also draws kws's buffer timelines (docs/memory/kws-fast.svg, kws-small.svg): one row per
-call, one bar per tensor at its pool offset while it lives.
+It also draws kws's buffer timelines (docs/memory/kws-fast.svg, kws-small.svg): a column per
+call, a bar per tensor at its pool offset while it lives.
 
 Usage: python benchmarks/memory.py [--models kws,vww,...] [--docs | --check-docs]
 (--docs writes docs/memory.md's table and the pictures; --check-docs compares.)
@@ -21,10 +21,12 @@ Usage: python benchmarks/memory.py [--models kws,vww,...] [--docs | --check-docs
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 from html import escape
 from pathlib import Path
@@ -120,11 +122,35 @@ def table_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def pool_bars(archive: Path) -> list[tuple[int, int, int, int]]:
+    """(offset, bytes, first call, last call) of every pool tensor, from the archive's
+    layers: written by one call, read until its last reader (a tensor written over its
+    input shares that input's offset)."""
+    with tarfile.open(archive) as tar:
+        meta = json.load(tar.extractfile("./metadata.json"))
+    layers = next(iter(meta["modules"].values()))["layers"]
+    bars: list[list[int]] = []
+    for step, layer in enumerate(layers):
+        for arg in layer["args"]:
+            if arg["kind"] != "activation" or not arg["ref"].startswith("pool+"):
+                continue
+            offset = int(arg["ref"][len("pool+"):])
+            if arg["role"] == "output":
+                bars.append([offset, arg["bytes"], step, step])
+                continue
+            for bar in reversed(bars):
+                if bar[0] == offset and bar[1] == arg["bytes"] and bar[2] < step:
+                    bar[3] = step
+                    break
+    return [tuple(b) for b in bars]
+
+
 def timeline_svg(result: ExportResult, title: str) -> str:
     """The pool over the calls: a bar per tensor at its offset, from the call that writes
-    it to the last that reads it; hover titles give its bytes."""
-    placements = result.plan.placements
-    steps = max((p.last for p in placements), default=0) + 1
+    it to the last that reads it (hover titles give its bytes); tensors written over their
+    input overlap it at the call that does it."""
+    bars = pool_bars(result.path)
+    steps = len(result.cpu_calls) or max((b[3] for b in bars), default=0) + 1
     pool = max(result.lifetime_bound, result.plan.pool_bytes, 1)
     width, height, left, top, bottom = 640, 300, 70, 30, 40
     x_scale = (width - left - 10) / steps
@@ -134,15 +160,14 @@ def timeline_svg(result: ExportResult, title: str) -> str:
              f"<title>{escape(title)}</title>",
              f'<text x="{left}" y="18" font-size="13">{escape(title)}</text>']
     colours = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1"]
-    for i, p in enumerate(sorted(placements, key=lambda p: (p.first, p.offset))):
-        x = left + p.first * x_scale
-        y = top + p.offset * y_scale
-        w = (p.last - p.first + 1) * x_scale
-        h = max(p.size * y_scale, 1.0)
-        parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" '
-                     f'fill="{colours[i % len(colours)]}" fill-opacity="0.8" stroke="#333" '
-                     f'stroke-width="0.5"><title>{p.size:,} B at offset {p.offset:,}, calls '
-                     f'{p.first}-{p.last}</title></rect>')
+    for i, (offset, size, first, last) in enumerate(bars):
+        x = left + first * x_scale + 2
+        w = (last - first + 1) * x_scale - 4
+        parts.append(f'<rect x="{x:.1f}" y="{top + offset * y_scale:.1f}" width="{w:.1f}" '
+                     f'height="{max(size * y_scale, 1.0):.1f}" '
+                     f'fill="{colours[i % len(colours)]}" fill-opacity="0.6" stroke="#333" '
+                     f'stroke-width="0.5"><title>{size:,} B at offset {offset:,}, written by '
+                     f'call {first + 1}, last read by call {last + 1}</title></rect>')
     base = top + pool * y_scale
     used = top + result.plan.pool_bytes * y_scale
     parts += [f'<line x1="{left}" y1="{top}" x2="{left}" y2="{base:.1f}" stroke="#000"/>',
@@ -154,7 +179,7 @@ def timeline_svg(result: ExportResult, title: str) -> str:
               f'{result.plan.pool_bytes:,} B</text>',
               f'<text x="{left - 6}" y="{top + 4}" text-anchor="end">0</text>',
               f'<text x="{(left + width) / 2:.0f}" y="{height - 8}" text-anchor="middle">'
-              f'kernel calls (1 to {steps})</text>']
+              f'kernel calls 1 to {steps}; pool offset downwards</text>']
     if result.lifetime_bound > result.plan.pool_bytes:
         parts.append(f'<text x="{left - 6}" y="{base + 4:.1f}" text-anchor="end">'
                      f'{result.lifetime_bound:,} B</text>')
@@ -173,10 +198,10 @@ def main() -> int:
         for name in args.models.split(","):
             print(f"{name}: exporting, building and running both presets ...", file=sys.stderr)
             rows.append(measure(name, MODELS[name], Path(tmp)))
+        kws = next((r for r in rows if r["model"] == "kws"), None)
+        pictures = {f"kws-{p}.svg": timeline_svg(kws[p]["result"], f"kws, --memory {p}")
+                    for p in PRESETS} if kws else {}
     lines = table_lines(rows)
-    kws = next((r for r in rows if r["model"] == "kws"), None)
-    pictures = {f"kws-{p}.svg": timeline_svg(kws[p]["result"], f"kws, --memory {p}")
-                for p in PRESETS} if kws else {}
     if args.check_docs:
         stale = [name for name, svg in pictures.items()
                  if not (PICTURES / name).is_file() or (PICTURES / name).read_text() != svg]
