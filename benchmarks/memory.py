@@ -43,12 +43,13 @@ from generator.export.api import ExportResult, ram_needed  # noqa: E402
 from generator.project.generate import generate  # noqa: E402
 from generator.run import run_project  # noqa: E402
 
-MODELS = {
+MODELS: dict[str, Path | None] = {
     "kws": REPO / "tests/fixtures/models/mlperftiny_kws/kws_ref_model.tflite",
     "vww": REPO / "tests/fixtures/models/corpus/mlperf_vww_int8/vww_96_int8.tflite",
     "resnet8": REPO / "tests/fixtures/models/corpus/mlperf_ic_resnet_int8/"
                       "pretrainedResnet_quant.tflite",
     "ad01": REPO / "tests/fixtures/models/corpus/mlperf_ad01_int8/ad01_int8.tflite",
+    "mobilenetv2-style": None,  # tests/memory_models.py writes it
 }
 BOARD = "qemu-mps2-an385"
 SAMPLES = 3
@@ -197,7 +198,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             print(f"{name}: exporting, building and running both presets ...", file=sys.stderr)
-            rows.append(measure(name, MODELS[name], Path(tmp)))
+            model = MODELS[name]
+            if model is None:
+                from tests.memory_models import mobilenet_v2_style
+
+                model = Path(tmp) / "mobilenetv2_style.tflite"
+                model.write_bytes(mobilenet_v2_style())
+            rows.append(measure(name, model, Path(tmp)))
         kws = next((r for r in rows if r["model"] == "kws"), None)
         pictures = {f"kws-{p}.svg": timeline_svg(kws[p]["result"], f"kws, --memory {p}")
                     for p in PRESETS} if kws else {}

@@ -139,3 +139,24 @@ def test_ram_budget_takes_the_first_preset_that_fits(tmp_path, capsys):
                    "(activations, kernel scratch and I/O buffers, --memory small); "
                    "--ram-budget is 9,000 B"], err
     assert not refused.exists()
+
+
+@pytest.mark.slow
+def test_mobilenet_v2_style_small_plan_is_tflite_micro_byte_for_byte(tmp_path):
+    """Our MobileNetV2-style model (tests/memory_models.py): expansions grown in place, a
+    stride-2 depthwise by rows with its staging in the pool, residual sums over their block
+    input; three random inputs, TensorFlow Lite Micro's reference kernels."""
+    from tests.memory_models import mobilenet_v2_style
+    from tests.test_export import tflm_outputs
+
+    model = tmp_path / "mbv2.tflite"
+    model.write_bytes(mobilenet_v2_style())
+    result = export_model(model, tmp_path / "m.tar", memory="small")
+    assert result.lifetime_bound == 138_240 and result.plan.pool_bytes <= 0.81 * 138_240
+    project = tmp_path / "p"
+    generate(result.path, "host", project)
+    rng = np.random.default_rng(3)
+    xs = [rng.integers(-128, 128, (1, 96, 96, 3), dtype=np.int8) for _ in range(3)]
+    name = result.inputs[0].name
+    got = [next(iter(o.values())) for o in run_project(project, [{name: x} for x in xs]).outputs]
+    assert [g.tobytes() for g in got] == [w.tobytes() for w in tflm_outputs(model, xs)]

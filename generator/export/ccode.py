@@ -176,7 +176,12 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
             in_place[root] = out.c_name
     aliases = over_input_aliases(program, lowered.in_place, set(in_place))
     memory_plan = plan(pool_intervals(program, set(in_place), aliases))
-    lifetime = lower_bound(pool_intervals(program, set(in_place)))
+    # The bound of every kernel writing its own output: without the in-place kernels'
+    # scratch outputs (written after the output, never read), which it would not have.
+    read = {program.root(t) for c in program.calls for t in c.args[:len(c.args) - c.outputs]}
+    scratch = {program.root(t) for c in program.calls for t in c.written[1:]
+               if program.root(t) not in read} - {program.root(t) for t in program.outputs}
+    lifetime = lower_bound(pool_intervals(program, set(in_place) | scratch))
     pool = f"{prefix}workspace_pool"
 
     def pool_offset(root: int) -> int:
