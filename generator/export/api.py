@@ -11,7 +11,7 @@ from generator.accel.dispatch import OffloadReport, Selected
 from generator.cnames import c_identifiers
 from generator.errors import ExportError, MlfError
 from generator.export import ccode, frontend, qkernels
-from generator.export.lower import Lowered, kernel_scratch_bytes, lower
+from generator.export.lower import Lowered, fuse, kernel_scratch_bytes, lower, read_program
 from generator.export.mlf_writer import (
     ABI_NAME,
     MLF_VERSION,
@@ -114,6 +114,8 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
                                               tuning, memory)
     program = lowered.program
     code = ccode.generate(lowered, module, input_names, names)
+    if memory != "fast":  # the bound is the model's as every kernel writes its own output
+        code.lifetime_bound = _fast_lifetime_bound(mod, accelerators)
     notes = [f"output '{n}' is copied after the last kernel" for n in code.copied_outputs]
     notes += [f"accelerator '{name}' matched no operator; the model runs on the CPU"
               for name in lowered.offload.unmatched]
@@ -129,6 +131,14 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
     if keep is None or keep(result):
         write_lowered(dest, module, lowered, code, origin, accelerators, tuning, memory)
     return result
+
+
+def _fast_lifetime_bound(mod, accelerators: list[Selected]) -> int:
+    """The lifetime bound of the model's `--memory fast` program (kernels as they are, no
+    fused blocks): lowered to the call list only, no C compiled."""
+    with qkernels.in_place_kernels(False):
+        fused, _, _ = fuse(mod, accelerators)
+    return ccode.lifetime_bound(read_program(fused))
 
 
 def lower_model(mod, module: str, output_names: list[str] | None,

@@ -125,6 +125,21 @@ def pool_intervals(program: Program, in_place_outputs: set[int],
     return sorted(intervals, key=lambda i: i.tensor)
 
 
+def direct_outputs(program: Program) -> set[int]:
+    """The activations the model returns: their kernels write the caller's buffers."""
+    return {program.root(t) for t in program.outputs
+            if program.tensors[program.root(t)].kind == "activation"}
+
+
+def lifetime_bound(program: Program) -> int:
+    """The pool's lifetime lower bound when every kernel writes its own output, without the
+    scratch outputs of in-place kernels (written after the output, never read)."""
+    read = {program.root(t) for c in program.calls for t in c.args[:len(c.args) - c.outputs]}
+    scratch = {program.root(t) for c in program.calls for t in c.written[1:]
+               if program.root(t) not in read}
+    return lower_bound(pool_intervals(program, direct_outputs(program) | scratch))
+
+
 def over_input_aliases(program: Program, in_place_kernels: dict[str, int],
                        in_place_outputs: set[int]) -> dict[int, int]:
     """Activations written over an input: output → the pool tensor whose bytes it takes.
@@ -176,12 +191,7 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
             in_place[root] = out.c_name
     aliases = over_input_aliases(program, lowered.in_place, set(in_place))
     memory_plan = plan(pool_intervals(program, set(in_place), aliases))
-    # The bound of every kernel writing its own output: without the in-place kernels'
-    # scratch outputs (written after the output, never read), which it would not have.
-    read = {program.root(t) for c in program.calls for t in c.args[:len(c.args) - c.outputs]}
-    scratch = {program.root(t) for c in program.calls for t in c.written[1:]
-               if program.root(t) not in read} - {program.root(t) for t in program.outputs}
-    lifetime = lower_bound(pool_intervals(program, set(in_place) | scratch))
+    lifetime = lifetime_bound(program)
     pool = f"{prefix}workspace_pool"
 
     def pool_offset(root: int) -> int:

@@ -378,6 +378,11 @@ def kernel_constants(fused) -> dict[str, dict[int, np.ndarray]]:
     return out
 
 
+def read_program(mod) -> Program:
+    """The fused main function as a Program."""
+    return _read_main(mod)
+
+
 def _read_main(mod) -> Program:
     from tvm import relax
 

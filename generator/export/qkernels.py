@@ -69,6 +69,11 @@ _in_place: contextvars.ContextVar[bool] = contextvars.ContextVar("in_place", def
 IN_PLACE_ATTR = "mtvg.in_place"
 
 
+def in_place_enabled() -> bool:
+    """Whether kernels are being built to run in place (`in_place_kernels`)."""
+    return _in_place.get()
+
+
 @contextlib.contextmanager
 def in_place_kernels(enabled: bool = True) -> Iterator[None]:
     """Inside the block, kernels that can run in place are built to (IN_PLACE_ATTR)."""

@@ -61,6 +61,8 @@ def converter(*codes: str) -> Callable[[Converter], Converter]:
 def convert_op(ctx: Context, op: TfOp) -> None:
     """Convert one operator with the first of its converters that takes it, or raise
     Unsupported with every converter's reason."""
+    if op.index in ctx.done:
+        return
     convs = CONVERTERS.get(op.code)
     if not convs:
         raise Unsupported("no converter for this operator")
@@ -74,10 +76,11 @@ def convert_op(ctx: Context, op: TfOp) -> None:
             if str(exc) not in bucket:
                 bucket.append(str(exc))
             continue
-        if any(o not in ctx.values for o in op.outputs):
+        if any(o not in ctx.values and o not in ctx.absent for o in op.outputs):
             raise Unsupported("the converter left an output unset")
         for o in op.outputs:
-            _check_shape(ctx.model.tensors[o], ctx.values[o])
+            if o not in ctx.absent:
+                _check_shape(ctx.model.tensors[o], ctx.values[o])
         return
     raise Unsupported("; ".join(reasons or passed))
 
@@ -126,6 +129,28 @@ class Context:
         self.bb = builder
         self.values: dict[int, object] = {}
         self.report = QuantReport()
+        self.done: set[int] = set()  # operators already converted with an earlier one
+        self.absent: set[int] = set()  # tensors a fused kernel never writes
+        self._readers: dict[int, list[TfOp]] | None = None
+
+    def sole_reader(self, tensor: int) -> TfOp | None:
+        """The one operator that reads `tensor`, when exactly one does and the model does
+        not return it."""
+        if self._readers is None:
+            self._readers = {}
+            for op in self.model.ops:
+                for i in set(op.inputs):
+                    self._readers.setdefault(i, []).append(op)
+        readers = self._readers.get(tensor, [])
+        if len(readers) != 1 or tensor in self.model.outputs:
+            return None
+        return readers[0]
+
+    def fused(self, first: TfOp, *later: TfOp) -> None:
+        """`first`'s conversion did `later`'s too: their intermediate tensors never exist."""
+        self.done.update(op.index for op in later)
+        for op in (first, *later[:-1]):
+            self.absent.update(op.outputs)
 
     # ---- tensors -------------------------------------------------------------------------
 

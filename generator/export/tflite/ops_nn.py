@@ -9,6 +9,7 @@ import numpy as np
 from generator.accel.api import QuantizedOp
 from generator.export import qkernels
 from generator.export.fixedpoint import softmax_params
+from generator.export.fused_block import ConvLayer, fusable, inverted_residual
 from generator.export.quantize import _requant as requantization
 from generator.export.quantize import _requant_arrays, _zero_points
 from generator.export.rowsplit import is_pointwise, split_row
@@ -77,6 +78,46 @@ def conv2d(ctx: Context, op: TfOp) -> None:
     if all_float(x_t, w_t, b_t, out_t):
         return _float_conv(ctx, op, x_t, w_t, b_t, out_t, strides, dilation, pads, depthwise,
                            act)
+    layer, w_zero, bias = _int8_conv(ctx, op)
+    if not w_zero and _fused_block(ctx, op, layer):
+        return
+    x = ctx.qinfo(x_t)
+    cin, cout = x_t.shape[3], out_t.shape[3]
+    weights, adjusted, requant = layer.weights, layer.bias, layer.requant
+    kind = "depthwise_conv2d" if depthwise else "conv2d"
+    if not depthwise and strides == (1, 1) and not any(pads) \
+            and is_pointwise(x_t.shape, w_t.shape, out_t.shape):
+        row = split_row()
+        if row is not None and 0 < row < x_t.shape[1]:
+            return _split_conv(ctx, x_t, out_t, weights, adjusted, requant, x.zero, w_zero,
+                               row)
+    kernel = qkernels.conv2d_nhwc(x_t.shape, weights, adjusted, out_t.shape, strides, pads,
+                                  dilation, x.zero, requant, depthwise, w_zero)
+    qop = None
+    if not w_zero and x_t.shape[0] == 1:
+        qop = QuantizedOp(kind, (x_t.shape,), out_t.shape, {
+            "strides": strides, "padding": pads, "dilation": dilation,
+            "depth_multiplier": cout // cin if depthwise else 1, **_zero_points(x, requant)},
+            {"weights": weights.astype(np.int8), "bias": bias.astype(np.int32),
+             **_requant_arrays(requant, cout)})
+    ctx.kernel(kind, kernel, [ctx.value(x_t)], out_t, op=qop)
+
+
+def _int8_conv(ctx: Context, op: TfOp) -> tuple[ConvLayer, int, np.ndarray]:
+    """An integer CONV_2D or DEPTHWISE_CONV_2D as our kernels take it: the layer (weights
+    as integers, the input zero point folded into the bias), the weight zero point (uint8
+    models), the model's own bias."""
+    x_t, w_t, out_t = ctx.need(op, 0), ctx.need(op, 1), ctx.out(op)
+    b_t = ctx.arg(op, 2)
+    o = op.options
+    depthwise = op.code == "DEPTHWISE_CONV_2D"
+    strides = (int(o.StrideH()), int(o.StrideW()))
+    dilation = (int(o.DilationHFactor()), int(o.DilationWFactor()))
+    if len(x_t.shape) != 4 or len(w_t.shape) != 4:
+        raise Unsupported("a convolution that is not 2-D NHWC")
+    k_hw = (w_t.shape[1], w_t.shape[2])
+    pads = padding(o, (x_t.shape[1], x_t.shape[2]), k_hw, strides, dilation)
+    act = activation_name(o)
     x, out = ctx.qinfo(x_t), ctx.qinfo(out_t)
     cin, cout = x_t.shape[3], out_t.shape[3]
     if depthwise:
@@ -95,26 +136,35 @@ def conv2d(ctx: Context, op: TfOp) -> None:
         sums = (q.astype(np.int64) - w_zero).reshape(cout, -1).sum(axis=1)
         weights = q.astype(np.int64)
     bias = _bias(ctx, b_t, cout)
-    adjusted = bias - x.zero * sums
     requant = requantization(x.scale, _scales(scales, cout), out.scale, out.zero,
                              activation_range(act, out.scale, out.zero), uint8=w_uint8)
-    kind = "depthwise_conv2d" if depthwise else "conv2d"
-    if not depthwise and strides == (1, 1) and not any(pads) \
-            and is_pointwise(x_t.shape, w_t.shape, out_t.shape):
-        row = split_row()
-        if row is not None and 0 < row < x_t.shape[1]:
-            return _split_conv(ctx, x_t, out_t, weights, adjusted, requant, x.zero, w_zero,
-                               row)
-    kernel = qkernels.conv2d_nhwc(x_t.shape, weights, adjusted, out_t.shape, strides, pads,
-                                  dilation, x.zero, requant, depthwise, w_zero)
-    qop = None
-    if not w_zero and x_t.shape[0] == 1:
-        qop = QuantizedOp(kind, (x_t.shape,), out_t.shape, {
-            "strides": strides, "padding": pads, "dilation": dilation,
-            "depth_multiplier": cout // cin if depthwise else 1, **_zero_points(x, requant)},
-            {"weights": weights.astype(np.int8), "bias": bias.astype(np.int32),
-             **_requant_arrays(requant, cout)})
-    ctx.kernel(kind, kernel, [ctx.value(x_t)], out_t, op=qop)
+    layer = ConvLayer(tuple(x_t.shape), weights, bias - x.zero * sums, tuple(out_t.shape),
+                      strides, pads, dilation, x.zero, requant, depthwise)
+    return layer, w_zero, bias
+
+
+def _fused_block(ctx: Context, op: TfOp, expand: ConvLayer) -> bool:
+    """With `--memory small`, a 1x1 CONV_2D read only by a DEPTHWISE_CONV_2D read only by a
+    1x1 CONV_2D becomes one kernel (generator/export/fused_block.py) that never holds the
+    expanded tensors whole; the two later operators are then done. False when it does not
+    apply (the layers are converted one by one)."""
+    if not qkernels.in_place_enabled() or op.code != "CONV_2D":
+        return False
+    dw_op = ctx.sole_reader(op.outputs[0])
+    pw_op = ctx.sole_reader(dw_op.outputs[0]) if dw_op is not None else None
+    if dw_op is None or dw_op.code != "DEPTHWISE_CONV_2D" or pw_op is None \
+            or pw_op.code != "CONV_2D":
+        return False
+    try:
+        (dw, dw_zero, _), (project, pw_zero, _) = _int8_conv(ctx, dw_op), _int8_conv(ctx, pw_op)
+    except Unsupported:
+        return False
+    if dw_zero or pw_zero or not fusable(expand, dw, project):
+        return False
+    kernel = inverted_residual(expand, dw, project)
+    ctx.kernel("inverted_residual", kernel, [ctx.value(ctx.need(op, 0))], ctx.out(pw_op))
+    ctx.fused(op, dw_op, pw_op)
+    return True
 
 
 def _split_conv(ctx: Context, x_t: TfTensor, out_t: TfTensor, weights, bias, requant,
