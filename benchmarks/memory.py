@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -40,6 +38,7 @@ from docs_tables import DocsTable, add_docs_options, publish, refuse_subset  # n
 
 from generator.export import export_model  # noqa: E402
 from generator.export.api import ExportResult, ram_needed  # noqa: E402
+from generator.export.tflm_arena import tflm_arena  # noqa: E402
 from generator.project.generate import generate  # noqa: E402
 from generator.run import run_project  # noqa: E402
 
@@ -57,21 +56,6 @@ PRESETS = ("fast", "small")
 DOCS_TABLE = DocsTable(REPO / "docs" / "memory.md", "memory-presets",
                        "python benchmarks/memory.py --docs")
 PICTURES = REPO / "docs" / "memory"
-
-
-def tflm_arena(model: Path) -> tuple[int, int]:
-    """(arena total, its head) from TFLite Micro's recording allocator, in a child process
-    (the interpreter prints from C++)."""
-    code = ("from tflite_micro.python.tflite_micro import runtime\n"
-            f"runtime.Interpreter.from_file({str(model)!r}).print_allocations()\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
-    text = out.stdout + out.stderr
-    total = re.search(r"Arena allocation total (\d+) bytes", text)
-    head = re.search(r"Arena allocation head (\d+) bytes", text)
-    if total is None or head is None:
-        raise RuntimeError(f"TFLite Micro printed no arena figures for {model.name}")
-    return int(total.group(1)), int(head.group(1))
 
 
 def samples(result: ExportResult) -> list[dict[str, np.ndarray]]:
@@ -102,7 +86,11 @@ def measure(name: str, model: Path, work: Path) -> dict:
         row["io"] = sum(t.size_bytes for t in [*result.inputs, *result.outputs])
     if outputs["fast"] != outputs["small"]:
         raise SystemExit(f"{name}: the small plan's outputs differ from the fast plan's")
-    row["tflm"] = tflm_arena(model)
+    arena = tflm_arena(model)
+    if arena is None:
+        raise SystemExit(f"{name}: TFLite Micro's interpreter gave no arena (pip install "
+                         "the [test] extra)")
+    row["tflm"] = (arena.total, arena.head)
     return row
 
 

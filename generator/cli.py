@@ -277,6 +277,11 @@ class Export(Command):
                          accelerators=selected, tuning=tuning, memory=args.memory,
                          ram_budget=args.ram_budget)
         r.notes.extend(defaults_notes)
+        arena = None
+        if args.memory != "fast" or args.ram_budget is not None:  # RAM matters: compare
+            from generator.export.tflm_arena import tflm_arena
+
+            arena = tflm_arena(args.model)
         r.notes.extend(f"accelerator '{s.name}' is the default on {args.board}"
                        for s in selected if s.origin == "default")
         offloaded = {name: dict(counts) for name, counts in r.offload.by_accelerator().items()}
@@ -287,6 +292,7 @@ class Export(Command):
                 "pool_bytes": r.plan.pool_bytes, "lower_bound_bytes": r.lifetime_bound,
                 "memory": r.memory, "over_input_calls": r.over_inputs,
                 "kernel_scratch_bytes": r.scratch_bytes,
+                "tflm_arena_bytes": arena.total if arena else None,
                 "constants_bytes": r.constants_bytes, "seconds": round(r.seconds, 3),
                 "inputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
                            for t in r.inputs],
@@ -314,6 +320,9 @@ class Export(Command):
         print(f"  plan    activations {r.plan.pool_bytes} B ({r.memory}{over}) + kernel "
               f"scratch {r.scratch_bytes} B; lifetime lower bound {r.lifetime_bound} B "
               f"({ratio:.2f}x); weights {_fmt_bytes(r.constants_bytes)} in flash")
+        if arena is not None:
+            print(f"  tflm    TensorFlow Lite Micro's arena {arena.total} B, of which "
+                  f"{arena.head} B of activations (its x86-64 build)")
         if r.quant.integer or r.quant.fallback:
             print(f"  int8    {r.quant.summary()}")
             for op, why in r.quant.fallback:

@@ -102,6 +102,8 @@ def test_memory_preset_is_checked_and_named(tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     assert (printed["memory"], printed["pool_bytes"], printed["lower_bound_bytes"],
             printed["over_input_calls"]) == ("small", 8_064, 16_000, 8)
+    # TensorFlow Lite Micro's arena beside it (the [test] extra installs tflite_micro)
+    assert printed["tflm_arena_bytes"] == 24_272
     assert main(["export", str(KWS), "-o", str(tmp_path / "o.tar"), "--style", "operator",
                  "--memory", "small"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
