@@ -118,9 +118,12 @@ class Info(Command):
                   f"constants {_fmt_bytes(m.constants_size_bytes)}, "
                   f"{m.workspace_call_sites} TVMBackendAllocWorkspace call sites")
             if m.plan is not None:
+                preset = (f", --memory {m.plan.memory_preset}" if m.plan.memory_preset else "")
+                over = (f", {m.plan.over_input_calls} calls write over their input"
+                        if m.plan.over_input_calls else "")
                 print(f"  plan    activations {m.plan.pool_bytes} B in one pool "
-                      f"({m.plan.tensors} tensors); lower bound {m.plan.lower_bound_bytes} B "
-                      f"({m.plan.ratio:.2f}x)")
+                      f"({m.plan.tensors} tensors{preset}{over}); lifetime lower bound "
+                      f"{m.plan.lower_bound_bytes} B ({m.plan.ratio:.2f}x)")
             for note in m.notes:
                 print(f"  note    {note}")
             for p in m.pools:

@@ -94,7 +94,8 @@ def test_kws_small_plan_is_half_the_lifetime_bound(kws_small, capsys):
             refs = [a["ref"] for a in layer["args"] if a["kind"] == "activation"]
             assert len(refs) == 2 and refs[0] == refs[1], layer
     assert main(["info", str(r.path)]) == 0
-    assert "activations 8064 B in one pool" in capsys.readouterr().out
+    assert "activations 8064 B in one pool (3 tensors, --memory small, 8 calls write over " \
+        "their input); lifetime lower bound 16000 B (0.50x)" in capsys.readouterr().out
 
 
 def test_memory_preset_is_checked_and_named(tmp_path, capsys):

@@ -140,6 +140,8 @@ class PlanSummary:
     pool_bytes: int
     lower_bound_bytes: int
     tensors: int
+    memory_preset: str | None = None  # "fast" | "small" (export --memory), when recorded
+    over_input_calls: int = 0  # calls whose output takes its input's bytes
 
     @property
     def ratio(self) -> float:

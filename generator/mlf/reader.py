@@ -369,8 +369,12 @@ def _v8_abi_and_plan(info: dict, where: str, style: str) -> tuple[str, PlanSumma
         if isinstance(pool, dict) and pool.get("kind") == "workspace" \
                 and isinstance(pool.get("size_bytes"), int) \
                 and isinstance(pool.get("lower_bound_bytes"), int):
+            preset = pool.get("memory_preset")
+            over = pool.get("over_input_calls")
             plan = PlanSummary(pool["size_bytes"], pool["lower_bound_bytes"],
-                               len(pool.get("tensors") or []))
+                               len(pool.get("tensors") or []),
+                               preset if preset in ("fast", "small") else None,
+                               over if isinstance(over, int) and over >= 0 else 0)
     return abi["name"], plan
 
 
