@@ -29,12 +29,11 @@ import tempfile
 from html import escape
 from pathlib import Path
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from docs_tables import DocsTable, add_docs_options, publish, refuse_subset  # noqa: E402
+from tuning import inputs_for  # noqa: E402
 
 from generator.export import export_model  # noqa: E402
 from generator.export.api import ExportResult, ram_needed  # noqa: E402
@@ -58,18 +57,6 @@ DOCS_TABLE = DocsTable(REPO / "docs" / "memory.md", "memory-presets",
 PICTURES = REPO / "docs" / "memory"
 
 
-def samples(result: ExportResult) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(0)
-    out = []
-    for _ in range(SAMPLES):
-        sample = {}
-        for t in result.inputs:
-            info = np.iinfo(t.dtype)
-            sample[t.name] = rng.integers(info.min, info.max + 1, t.shape, dtype=t.dtype)
-        out.append(sample)
-    return out
-
-
 def measure(name: str, model: Path, work: Path) -> dict:
     row: dict = {"model": name}
     outputs = {}
@@ -77,7 +64,7 @@ def measure(name: str, model: Path, work: Path) -> dict:
         result = export_model(model, work / f"{name}-{preset}.tar", memory=preset)
         project = work / f"{name}-{preset}"
         generate(result.path, BOARD, project)
-        report = run_project(project, samples(result))
+        report = run_project(project, inputs_for(result, SAMPLES))
         outputs[preset] = [{k: v.tobytes() for k, v in o.items()} for o in report.outputs]
         row[preset] = {"result": result, "pool": result.plan.pool_bytes,
                        "scratch": result.scratch_bytes, "ram": ram_needed(result),

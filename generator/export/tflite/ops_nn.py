@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -62,19 +62,39 @@ def _scales(scales: np.ndarray, channels: int) -> np.ndarray:
     return np.repeat(scales, channels) if scales.size == 1 else scales
 
 
+@dataclass(frozen=True)
+class _ConvOp:
+    """A CONV_2D or DEPTHWISE_CONV_2D's tensors and geometry, as the file gives them."""
+
+    x_t: TfTensor
+    w_t: TfTensor
+    b_t: TfTensor | None
+    out_t: TfTensor
+    depthwise: bool
+    strides: tuple[int, int]
+    dilation: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    act: str
+
+    @classmethod
+    def read(cls, ctx: Context, op: TfOp) -> _ConvOp:
+        x_t, w_t, out_t = ctx.need(op, 0), ctx.need(op, 1), ctx.out(op)
+        o = op.options
+        strides = (int(o.StrideH()), int(o.StrideW()))
+        dilation = (int(o.DilationHFactor()), int(o.DilationWFactor()))
+        if len(x_t.shape) != 4 or len(w_t.shape) != 4:
+            raise Unsupported("a convolution that is not 2-D NHWC")
+        pads = padding(o, (x_t.shape[1], x_t.shape[2]), (w_t.shape[1], w_t.shape[2]),
+                       strides, dilation)
+        return cls(x_t, w_t, ctx.arg(op, 2), out_t, op.code == "DEPTHWISE_CONV_2D", strides,
+                   dilation, pads, activation_name(o))
+
+
 @converter("CONV_2D", "DEPTHWISE_CONV_2D")
 def conv2d(ctx: Context, op: TfOp) -> None:
-    x_t, w_t, out_t = ctx.need(op, 0), ctx.need(op, 1), ctx.out(op)
-    b_t = ctx.arg(op, 2)
-    o = op.options
-    depthwise = op.code == "DEPTHWISE_CONV_2D"
-    strides = (int(o.StrideH()), int(o.StrideW()))
-    dilation = (int(o.DilationHFactor()), int(o.DilationWFactor()))
-    if len(x_t.shape) != 4 or len(w_t.shape) != 4:
-        raise Unsupported("a convolution that is not 2-D NHWC")
-    k_hw = (w_t.shape[1], w_t.shape[2])
-    pads = padding(o, (x_t.shape[1], x_t.shape[2]), k_hw, strides, dilation)
-    act = activation_name(o)
+    c = _ConvOp.read(ctx, op)
+    x_t, w_t, b_t, out_t = c.x_t, c.w_t, c.b_t, c.out_t
+    depthwise, strides, dilation, pads, act = c.depthwise, c.strides, c.dilation, c.pads, c.act
     if all_float(x_t, w_t, b_t, out_t):
         return _float_conv(ctx, op, x_t, w_t, b_t, out_t, strides, dilation, pads, depthwise,
                            act)
@@ -107,17 +127,10 @@ def _int8_conv(ctx: Context, op: TfOp) -> tuple[ConvLayer, int, np.ndarray]:
     """An integer CONV_2D or DEPTHWISE_CONV_2D as our kernels take it: the layer (weights
     as integers, the input zero point folded into the bias), the weight zero point (uint8
     models), the model's own bias."""
-    x_t, w_t, out_t = ctx.need(op, 0), ctx.need(op, 1), ctx.out(op)
-    b_t = ctx.arg(op, 2)
-    o = op.options
-    depthwise = op.code == "DEPTHWISE_CONV_2D"
-    strides = (int(o.StrideH()), int(o.StrideW()))
-    dilation = (int(o.DilationHFactor()), int(o.DilationWFactor()))
-    if len(x_t.shape) != 4 or len(w_t.shape) != 4:
-        raise Unsupported("a convolution that is not 2-D NHWC")
+    c = _ConvOp.read(ctx, op)
+    x_t, w_t, b_t, out_t = c.x_t, c.w_t, c.b_t, c.out_t
+    depthwise, strides, dilation, pads = c.depthwise, c.strides, c.dilation, c.pads
     k_hw = (w_t.shape[1], w_t.shape[2])
-    pads = padding(o, (x_t.shape[1], x_t.shape[2]), k_hw, strides, dilation)
-    act = activation_name(o)
     x, out = ctx.qinfo(x_t), ctx.qinfo(out_t)
     cin, cout = x_t.shape[3], out_t.shape[3]
     if depthwise:
@@ -137,7 +150,7 @@ def _int8_conv(ctx: Context, op: TfOp) -> tuple[ConvLayer, int, np.ndarray]:
         weights = q.astype(np.int64)
     bias = _bias(ctx, b_t, cout)
     requant = requantization(x.scale, _scales(scales, cout), out.scale, out.zero,
-                             activation_range(act, out.scale, out.zero), uint8=w_uint8)
+                             activation_range(c.act, out.scale, out.zero), uint8=w_uint8)
     layer = ConvLayer(tuple(x_t.shape), weights, bias - x.zero * sums, tuple(out_t.shape),
                       strides, pads, dilation, x.zero, requant, depthwise)
     return layer, w_zero, bias
