@@ -26,7 +26,6 @@ import statistics
 import sys
 import tarfile
 import tempfile
-from html import escape
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,6 +38,7 @@ from generator.export import export_model  # noqa: E402
 from generator.export.api import ExportResult, ram_needed  # noqa: E402
 from generator.export.tflm_arena import tflm_arena  # noqa: E402
 from generator.project.generate import generate  # noqa: E402
+from generator.report import pictures  # noqa: E402
 from generator.run import run_project  # noqa: E402
 
 MODELS: dict[str, Path | None] = {
@@ -121,46 +121,44 @@ def pool_bars(archive: Path) -> list[tuple[int, int, int, int]]:
     return [tuple(b) for b in bars]
 
 
-def timeline_svg(result: ExportResult, title: str) -> str:
+def timeline_svg(result: ExportResult, label: str) -> str:
     """The pool over the calls: a bar per tensor at its offset, from the call that writes
     it to the last that reads it (hover titles give its bytes); tensors written over their
-    input overlap it at the call that does it."""
+    input overlap it at the call that does it. Drawn with the report's SVG pieces."""
     bars = pool_bars(result.path)
     steps = len(result.cpu_calls) or max((b[3] for b in bars), default=0) + 1
     pool = max(result.lifetime_bound, result.plan.pool_bytes, 1)
     width, height, left, top, bottom = 640, 300, 70, 30, 40
     x_scale = (width - left - 10) / steps
     y_scale = (height - top - bottom) / pool
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-             f"<title>{escape(title)}</title>",
-             f'<text x="{left}" y="18" font-size="13">{escape(title)}</text>']
     colours = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1"]
+    body = [pictures.title(label), pictures.text(left, 18, pictures.esc(label), font_size=13)]
     for i, (offset, size, first, last) in enumerate(bars):
-        x = left + first * x_scale + 2
-        w = (last - first + 1) * x_scale - 4
-        parts.append(f'<rect x="{x:.1f}" y="{top + offset * y_scale:.1f}" width="{w:.1f}" '
-                     f'height="{max(size * y_scale, 1.0):.1f}" '
-                     f'fill="{colours[i % len(colours)]}" fill-opacity="0.6" stroke="#333" '
-                     f'stroke-width="0.5"><title>{size:,} B at offset {offset:,}, written by '
-                     f'call {first + 1}, last read by call {last + 1}</title></rect>')
+        body.append("<g>" + pictures.title(
+            f"{size:,} B at offset {offset:,}, written by call {first + 1}, last read by "
+            f"call {last + 1}") + pictures.rect(
+            left + first * x_scale + 2, top + offset * y_scale, (last - first + 1) * x_scale - 4,
+            max(size * y_scale, 1.0), colours[i % len(colours)], fill_opacity="0.6",
+            stroke="#333", stroke_width="0.5") + "</g>")
+
+    def line(x1: float, y1: float, x2: float, y2: float, **more: object) -> str:
+        return f"<line{pictures.attributes(x1=x1, y1=y1, x2=x2, y2=y2, **more)}/>"
+
     base = top + pool * y_scale
     used = top + result.plan.pool_bytes * y_scale
-    parts += [f'<line x1="{left}" y1="{top}" x2="{left}" y2="{base:.1f}" stroke="#000"/>',
-              f'<line x1="{left}" y1="{base:.1f}" x2="{width - 10}" y2="{base:.1f}" '
-              'stroke="#000"/>',
-              f'<line x1="{left}" y1="{used:.1f}" x2="{width - 10}" y2="{used:.1f}" '
-              'stroke="#c00" stroke-dasharray="4 3"/>',
-              f'<text x="{left - 6}" y="{used + 4:.1f}" text-anchor="end" fill="#c00">'
-              f'{result.plan.pool_bytes:,} B</text>',
-              f'<text x="{left - 6}" y="{top + 4}" text-anchor="end">0</text>',
-              f'<text x="{(left + width) / 2:.0f}" y="{height - 8}" text-anchor="middle">'
-              f'kernel calls 1 to {steps}; pool offset downwards</text>']
+    body += [line(left, top, left, base, stroke="#000"),
+             line(left, base, width - 10, base, stroke="#000"),
+             line(left, used, width - 10, used, stroke="#c00", stroke_dasharray="4 3"),
+             pictures.text(left - 6, used + 4, f"{result.plan.pool_bytes:,} B",
+                           text_anchor="end", fill="#c00"),
+             pictures.text(left - 6, top + 4, "0", text_anchor="end"),
+             pictures.text((left + width) / 2, height - 8,
+                           f"kernel calls 1 to {steps}; pool offset downwards",
+                           text_anchor="middle")]
     if result.lifetime_bound > result.plan.pool_bytes:
-        parts.append(f'<text x="{left - 6}" y="{base + 4:.1f}" text-anchor="end">'
-                     f'{result.lifetime_bound:,} B</text>')
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"
+        body.append(pictures.text(left - 6, base + 4, f"{result.lifetime_bound:,} B",
+                                  text_anchor="end"))
+    return pictures.svg_document(width, height, body, label)
 
 
 def main() -> int:

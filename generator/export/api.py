@@ -69,10 +69,12 @@ def export_model(model: Path, dest: Path, shapes: dict[str, tuple[int, ...]] | N
         return _export(mod, dest, module, output_names, model.name, start,
                        accelerators or [], tuning, memory)
     needs = {}
+    bound = None  # the fast plan's lifetime bound, once known: every preset reports it
     for preset in MEMORY_PRESETS[MEMORY_PRESETS.index(memory):]:
         result = _export(mod, dest, module, output_names, model.name, start,
                          accelerators or [], tuning, preset,
-                         keep=lambda r: ram_needed(r) <= ram_budget)
+                         keep=lambda r: ram_needed(r) <= ram_budget, lifetime_bound=bound)
+        bound = result.lifetime_bound
         needs[preset] = ram_needed(result)
         if needs[preset] <= ram_budget:
             return result
@@ -105,9 +107,10 @@ def _check_module_name(module: str) -> None:
 def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin: str,
             start: float, accelerators: list[Selected],
             tuning: TuningRecords | None = None, memory: str = "fast",
-            keep: Callable[[ExportResult], bool] | None = None) -> ExportResult:
+            keep: Callable[[ExportResult], bool] | None = None,
+            lifetime_bound: int | None = None) -> ExportResult:
     """Lower and plan, and write the archive (only if `keep` says yes to the result when
-    it is given)."""
+    it is given). `lifetime_bound`: the fast plan's, when the caller has it already."""
     if memory not in MEMORY_PRESETS:
         raise ExportError(f"memory preset '{memory}': choose {' or '.join(MEMORY_PRESETS)}")
     lowered, input_names, names = lower_model(mod, module, output_names, accelerators,
@@ -115,7 +118,8 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
     program = lowered.program
     code = ccode.generate(lowered, module, input_names, names)
     if memory != "fast":  # the bound is the model's as every kernel writes its own output
-        code.lifetime_bound = _fast_lifetime_bound(mod, accelerators)
+        code.lifetime_bound = (lifetime_bound if lifetime_bound is not None
+                               else _fast_lifetime_bound(mod, accelerators))
     notes = [f"output '{n}' is copied after the last kernel" for n in code.copied_outputs]
     notes += [f"accelerator '{name}' matched no operator; the model runs on the CPU"
               for name in lowered.offload.unmatched]

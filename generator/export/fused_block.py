@@ -18,14 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import te, tirx
 
-from generator.export.fixedpoint import TirArith, multiply_by_quantized_multiplier
 from generator.export.qkernels import (
     BLOCK,
     MAX_STAGED_BYTES,
     Kernel,
     Requant,
-    _clamp_int8,
     _func,
+    requantize,
 )
 
 
@@ -95,16 +94,7 @@ class _Layer:
 
     def requantize(self, bufs: dict, acc, channel):
         """acc (int32) → the layer's int8 output."""
-        ar = TirArith()
-        if self.r.per_channel:
-            m, s = bufs[self.placeholders[2]], bufs[self.placeholders[3]]
-            scaled = multiply_by_quantized_multiplier(
-                ar, acc, tirx.BufferLoad(m, [channel]),
-                tirx.Cast("int32", tirx.BufferLoad(s, [channel])))
-        else:
-            scaled = multiply_by_quantized_multiplier(ar, acc, int(self.r.multiplier),
-                                                      int(self.r.shift))
-        return _clamp_int8(scaled + self.r.zero_point, self.r.act_min, self.r.act_max)
+        return requantize(self.r, acc, channel, [bufs[q] for q in self.placeholders[2:]])
 
 
 def inverted_residual(expand: ConvLayer, dw: ConvLayer, project: ConvLayer) -> Kernel:

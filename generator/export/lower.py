@@ -126,7 +126,7 @@ def lower(mod, module_name: str = "default", accelerators: list[Selected] | None
 
     fused, quant, offload_report, blocks = fuse_with_blocks(mod, accelerators,
                                                             blocks=tuning is not None)
-    program = _read_main(fused)
+    program = read_program(fused)
     accel_kernels = {}
     for gv, func in fused.functions.items():
         attrs = getattr(func, "attrs", None)
@@ -363,7 +363,7 @@ def kernel_constants(fused) -> dict[str, dict[int, np.ndarray]]:
     """Each kernel's constant arguments at its first call in `fused` main (as `fuse` gives
     it): kernel → {argument position: values}. What a kernel is measured with in tuning
     (random weights are fine, random requantization shifts are not)."""
-    program = _read_main(fused)
+    program = read_program(fused)
     out: dict[str, dict[int, np.ndarray]] = {}
     for call in program.calls:
         if call.kernel in out:
@@ -379,11 +379,7 @@ def kernel_constants(fused) -> dict[str, dict[int, np.ndarray]]:
 
 
 def read_program(mod) -> Program:
-    """The fused main function as a Program."""
-    return _read_main(mod)
-
-
-def _read_main(mod) -> Program:
+    """The fused main function as a Program: its tensors and kernel calls."""
     from tvm import relax
 
     main = mod["main"]

@@ -145,6 +145,20 @@ def _clamp_int8(value, lo: int, hi: int):
                     tirx.const(lo, "int32")).astype("int8")
 
 
+def requantize(requant: Requant, acc, channel, quant_bufs: list | None = None):
+    """An int32 accumulator → the layer's int8 output, as TIR: TFLite's two roundings by a
+    per-tensor multiplier and shift, or per channel from `quant_bufs` (the multiplier and
+    shift buffers, read at `channel`), then the zero point and the activation's clamp."""
+    t = tirx
+    if requant.per_channel:
+        scale = (t.BufferLoad(quant_bufs[0], [channel]),
+                 t.Cast("int32", t.BufferLoad(quant_bufs[1], [channel])))
+    else:
+        scale = (int(requant.multiplier), int(requant.shift))
+    scaled = multiply_by_quantized_multiplier(TirArith(), acc, *scale)
+    return _clamp_int8(scaled + requant.zero_point, requant.act_min, requant.act_max)
+
+
 class _Requantizer:
     def __init__(self, requant: Requant, channels: int) -> None:
         self.r = requant
@@ -403,14 +417,8 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
             taps = loop(rh, h_lo, h_hi - h_lo, loop(rw, w_lo, w_hi - w_lo,
                                                      loop(rc, zero, t.const(cin, i32), mac)))
         channel = c * block + k if block > 1 else c
-        if requant.per_channel:
-            scale = (t.BufferLoad(qb[0], [channel]),
-                     t.Cast(i32, t.BufferLoad(qb[1], [channel])))
-        else:
-            scale = (int(requant.multiplier), int(requant.shift))
         slot = k if block > 1 else zero
-        scaled = multiply_by_quantized_multiplier(rq.ar, t.BufferLoad(acc, [slot]), *scale)
-        result = _clamp_int8(scaled + requant.zero_point, requant.act_min, requant.act_max)
+        result = requantize(requant, t.BufferLoad(acc, [slot]), channel, qb)
         if in_place is None:
             store = t.BufferStore(ob, result, [n, i, j, channel])
         elif in_place.mode == "rows":

@@ -168,8 +168,7 @@ class HandleEpochs:
         self.epoch = 1
         # The last packet rewritten each way, with its epoch and result: a timing loop
         # sends the same call again and again, and gets the same reply.
-        self._last_request: tuple[int, bytes, bytes | Stale] | None = None
-        self._last_reply: tuple[int, bytes, bytes] | None = None
+        self._last: dict[str, tuple[int, bytes, object]] = {}
 
     def advance(self) -> None:
         """The device's RPC state was dropped: every handle given out so far is stale."""
@@ -177,21 +176,20 @@ class HandleEpochs:
 
     def to_device(self, packet: bytes) -> bytes | Stale:
         """The request with device handles, or Stale when it names an old handle."""
-        last = self._last_request
-        if last is not None and last[0] == self.epoch and last[1] == packet:
-            return last[2]
-        rewritten = self._to_device(packet)
-        self._last_request = (self.epoch, packet, rewritten)
-        return rewritten
+        return self._remembered("request", packet, self._to_device)
 
     def to_client(self, reply: bytes) -> bytes:
         """The reply with every non-zero OpaquePtr tagged with the current epoch."""
-        last = self._last_reply
-        if last is not None and last[0] == self.epoch and last[1] == reply:
+        return self._remembered("reply", reply, self._to_client)
+
+    def _remembered(self, way: str, packet: bytes, rewrite):
+        """`rewrite(packet)`, or what it gave for the same packet last time in this epoch."""
+        last = self._last.get(way)
+        if last is not None and last[0] == self.epoch and last[1] == packet:
             return last[2]
-        tagged = self._to_client(reply)
-        self._last_reply = (self.epoch, reply, tagged)
-        return tagged
+        result = rewrite(packet)
+        self._last[way] = (self.epoch, packet, result)
+        return result
 
     def _to_device(self, packet: bytes) -> bytes | Stale:
         try:
