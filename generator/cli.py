@@ -121,6 +121,9 @@ class Info(Command):
                 preset = (f", --memory {m.plan.memory_preset}" if m.plan.memory_preset else "")
                 over = (f", {m.plan.over_input_calls} calls write over their input"
                         if m.plan.over_input_calls else "")
+                if m.plan.inputs_reused:
+                    over += (f", {m.plan.in_input_bytes} B more in the input buffers once "
+                             "read (--reuse-input: set the inputs before every run)")
                 print(f"  plan    activations {m.plan.pool_bytes} B in one pool "
                       f"({m.plan.tensors} tensors{preset}{over}); lifetime lower bound "
                       f"{m.plan.lower_bound_bytes} B ({m.plan.ratio:.2f}x)")
@@ -225,6 +228,10 @@ class Export(Command):
                             help="the most RAM the model may take (activations, kernel "
                                  "scratch, I/O buffers): the first preset from --memory on "
                                  "that fits, or one line with the smallest figure")
+        parser.add_argument("--reuse-input", action="store_true",
+                            help="let the model write activations over its input buffers "
+                                 "once it has read them (the caller sets the inputs before "
+                                 "every run; buffers aligned to 16 bytes)")
         add_accelerator_path(parser)
 
     def do_run(self, args):
@@ -247,8 +254,10 @@ class Export(Command):
                               "archives hold CPU kernels for timing")
         if args.tuning_records and args.style == "operator":
             raise ExportError("--tuning-records applies to full-model exports")
-        if (args.memory != "fast" or args.ram_budget is not None) and args.style == "operator":
-            raise ExportError("--memory and --ram-budget apply to full-model exports")
+        if (args.memory != "fast" or args.ram_budget is not None or args.reuse_input) \
+                and args.style == "operator":
+            raise ExportError("--memory, --ram-budget and --reuse-input apply to full-model "
+                              "exports")
         if args.ram_budget is not None and args.ram_budget <= 0:
             raise ExportError(f"--ram-budget {args.ram_budget}: give a number of bytes above 0")
         tuning = TuningRecords.load(args.tuning_records) if args.tuning_records else None
@@ -278,7 +287,7 @@ class Export(Command):
 
         r = export_model(args.model, args.output, shapes, module=args.module,
                          accelerators=selected, tuning=tuning, memory=args.memory,
-                         ram_budget=args.ram_budget)
+                         ram_budget=args.ram_budget, reuse_input=args.reuse_input)
         r.notes.extend(defaults_notes)
         arena = None
         if args.memory != "fast" or args.ram_budget is not None:  # RAM matters: compare
@@ -294,6 +303,7 @@ class Export(Command):
                 "kernels": r.kernels, "calls": r.calls,
                 "pool_bytes": r.plan.pool_bytes, "lower_bound_bytes": r.lifetime_bound,
                 "memory": r.memory, "over_input_calls": r.over_inputs,
+                "reuse_input": r.reuse_input, "in_input_bytes": r.in_input_bytes,
                 "kernel_scratch_bytes": r.scratch_bytes,
                 "tflm_arena_bytes": arena.total if arena else None,
                 "constants_bytes": r.constants_bytes, "seconds": round(r.seconds, 3),

@@ -48,9 +48,13 @@ class _Net:
         return wt, bt
 
     def conv(self, x, cout: int, k: int = 1, stride: int = 1, act: str = RELU6,
-             depthwise: bool = False):
+             depthwise: bool = False, padding: str = "SAME", dilation: int = 1):
         t, (n, h, w, cin), scale, _, rms = x
-        oh, ow = -(-h // stride), -(-w // stride)
+        if padding == "SAME":
+            oh, ow = -(-h // stride), -(-w // stride)
+        else:
+            extent = (k - 1) * dilation + 1
+            oh, ow = (h - extent) // stride + 1, (w - extent) // stride + 1
         fan_in = k * k * (1 if depthwise else cin)
         pre_rms = rms * np.sqrt(2.0)
         if act == RELU6:  # the positive half: zero point -128
@@ -60,12 +64,14 @@ class _Net:
         if depthwise:
             wt, bt = self._weights((1, k, k, cout), 3, scale, pre_rms, fan_in)
             self.b.op("DEPTHWISE_CONV_2D", [t, wt, bt], [out[0]], {
-                "padding": "SAME", "stride_w": stride, "stride_h": stride,
+                "padding": padding, "stride_w": stride, "stride_h": stride,
+                "dilation_w_factor": dilation, "dilation_h_factor": dilation,
                 "depth_multiplier": cout // cin, "fused_activation_function": act})
         else:
             wt, bt = self._weights((cout, k, k, cin), 0, scale, pre_rms, fan_in)
             self.b.op("CONV_2D", [t, wt, bt], [out[0]], {
-                "padding": "SAME", "stride_w": stride, "stride_h": stride,
+                "padding": padding, "stride_w": stride, "stride_h": stride,
+                "dilation_w_factor": dilation, "dilation_h_factor": dilation,
                 "fused_activation_function": act})
         return out
 
@@ -114,4 +120,25 @@ def mobilenet_v2_style(seed: int = 0) -> bytes:
     net.b.op("FULLY_CONNECTED", [flat[0], fc_w, fc_b], [logits[0]],
              {"fused_activation_function": "NONE"})
     net.b.outputs(logits[0])
+    return net.b.build()
+
+
+def conv_chain_style(seed: int = 1) -> bytes:
+    """A run of convolutions of every geometry a chain takes, each read only by the next,
+    whose middle tensors are the largest (so `--memory small` computes them as one chain):
+    32x32x4 → conv 3x3 (32, ReLU6) → depthwise 3x3 dilation 2 → depthwise 5x5 stride 2,
+    multiplier 2 → conv 3x3 VALID, stride 1 (8, no activation) → global average pool."""
+    net = _Net(seed)
+    x = net.act((1, 32, 32, 4), 1 / 128.0, 0, 0.58)
+    net.b.inputs(x[0])
+    y = net.conv(x, 32, k=3)
+    y = net.conv(y, 32, k=3, depthwise=True, dilation=2)
+    y = net.conv(y, 64, k=5, stride=2, depthwise=True)
+    y = net.conv(y, 8, k=3, padding="VALID", act="NONE")
+    _, (n, h, w, c), scale, zero, rms = y
+    pooled = net.act((n, 1, 1, c), scale, zero, rms)
+    net.b.op("AVERAGE_POOL_2D", [y[0]], [pooled[0]], {
+        "padding": "VALID", "stride_w": 1, "stride_h": 1, "filter_width": w,
+        "filter_height": h, "fused_activation_function": "NONE"})
+    net.b.outputs(pooled[0])
     return net.b.build()

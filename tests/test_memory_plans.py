@@ -109,7 +109,8 @@ def test_memory_preset_is_checked_and_named(tmp_path, capsys):
     assert main(["export", str(KWS), "-o", str(tmp_path / "o.tar"), "--style", "operator",
                  "--memory", "small"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--memory and --ram-budget apply to full-model" in err[0], err
+    assert len(err) == 1, err
+    assert "--memory, --ram-budget and --reuse-input apply to full-model" in err[0]
 
 
 @pytest.mark.slow
@@ -148,24 +149,29 @@ def test_ram_budget_takes_the_first_preset_that_fits(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def mobilenet_v2(tmp_path_factory) -> tuple[Path, object]:
-    """Our MobileNetV2-style model (tests/memory_models.py) and its `--memory small`
-    export."""
+    """Our MobileNetV2-style model (tests/memory_models.py) and its `--memory small
+    --reuse-input` export."""
     from tests.memory_models import mobilenet_v2_style
 
     folder = tmp_path_factory.mktemp("mbv2")
     model = folder / "mbv2.tflite"
     model.write_bytes(mobilenet_v2_style())
-    return model, export_model(model, folder / "m.tar", memory="small")
+    return model, export_model(model, folder / "m.tar", memory="small", reuse_input=True)
 
 
-def test_mobilenet_v2_style_fits_in_a_third_of_its_lifetime_bound(mobilenet_v2):
-    """Its expansions run as fused blocks (expand, depthwise, project row by row): the
-    expanded tensors never exist whole. `--ram-budget` a third of the bound counts the I/O
-    buffers too, so it says what the model needs (the one line: the kws test above)."""
+def test_mobilenet_v2_style_fits_in_a_sixth_of_its_lifetime_bound(mobilenet_v2):
+    """Its first six convolutions run as one chain and each expanding block as another
+    (generator/export/conv_chain.py): the large tensors never exist whole; once the first
+    chain has read the input, a 9,216 B tensor lives in the input buffer. `--ram-budget` a
+    third of the bound counts the I/O buffers too, so it says what the model needs (the
+    one line: the kws test above)."""
     model, result = mobilenet_v2
     assert result.lifetime_bound == 138_240
-    assert result.plan.pool_bytes + result.scratch_bytes <= 138_240 / 3
-    assert "inverted_residual" in " ".join(result.cpu_calls)
+    assert result.plan.pool_bytes + result.scratch_bytes <= 138_240 / 5
+    assert result.in_input_bytes == 9_216
+    assert result.cpu_calls.count("q_conv_chain") == 1  # the stem's chain
+    assert len([c for c in result.cpu_calls if c.startswith("q_conv_chain")]) == 6
+    assert result.calls == 12  # 6 chains, 3 residual sums, conv, pool, dense
     with tarfile.open(result.path) as tar:
         source = tar.extractfile("./codegen/host/src/default_lib0.c").read().decode()
     assert "TVMBackendAllocWorkspace" not in source  # working rows: stack or pool
@@ -177,8 +183,8 @@ def test_mobilenet_v2_style_fits_in_a_third_of_its_lifetime_bound(mobilenet_v2):
 @pytest.mark.parametrize("board", ["host", "qemu-mps2-an385"])
 def test_mobilenet_v2_style_small_plan_is_tflite_micro_byte_for_byte(board, mobilenet_v2,
                                                                      tmp_path):
-    """Fused blocks (stride 1 and 2), residual sums over their block input, a depthwise in
-    place: three random inputs against TensorFlow Lite Micro's reference kernels."""
+    """Chains (stride 1 and 2), residual sums over their block input, activations in the
+    input buffer: three random inputs against TensorFlow Lite Micro's reference kernels."""
     from tests.test_export import tflm_outputs
 
     require_board_tools(board)
@@ -226,3 +232,124 @@ def test_the_fast_plan_reaches_the_bound_where_greedy_orders_do_not():
     result = plan(intervals)
     assert result.lower_bound == 138_240 and result.pool_bytes == 138_240
     assert plan(intervals) == result  # the same plan every time
+
+
+def _conv_layer(x_shape, cout, k, stride=1, pads=(0, 0, 0, 0), dilation=1, depthwise=False):
+    from generator.export.conv_chain import ConvLayer
+    from generator.export.qkernels import Requant
+
+    n, h, w, cin = x_shape
+    extent = (k - 1) * dilation + 1
+    out = (n, (h + pads[0] + pads[2] - extent) // stride + 1,
+           (w + pads[1] + pads[3] - extent) // stride + 1, cout)
+    weights = np.ones((k, k, cout) if depthwise else (cout, k, k, cin), np.int64)
+    return ConvLayer(tuple(x_shape), weights, np.zeros(cout, np.int64), out, (stride, stride),
+                     pads, (dilation, dilation), 0, Requant(1 << 30, 0, 0), depthwise)
+
+
+def test_chain_rings_hold_the_rows_still_to_be_read():
+    """A 3x3 depthwise (padding 1) reads three rows of its input per output row: a ring of
+    3; before a stride-2 layer the ring holds its window (3 rows); a 1x1 layer before a
+    stride-2 3x3 computes its first three rows in one step, so the ring under it holds 3;
+    a dilated 3x3 reads across 5 rows."""
+    from generator.export.conv_chain import ring_rows, work_bytes
+
+    expand = _conv_layer((1, 16, 16, 4), 24, 1)
+    dw = _conv_layer((1, 16, 16, 24), 24, 3, pads=(1, 1, 1, 1), depthwise=True)
+    assert ring_rows([expand, dw]) == [3]
+    down = _conv_layer((1, 16, 16, 24), 24, 3, stride=2, pads=(0, 0, 1, 1), depthwise=True)
+    assert ring_rows([expand, down]) == [3]
+    first = _conv_layer((1, 16, 16, 4), 24, 3, pads=(1, 1, 1, 1))
+    assert ring_rows([first, _conv_layer((1, 16, 16, 24), 24, 1), down]) == [3, 3]
+    assert work_bytes([expand, dw]) == 3 * 16 * 24
+    dilated = _conv_layer((1, 16, 16, 24), 24, 3, pads=(2, 2, 2, 2), dilation=2,
+                          depthwise=True)
+    assert ring_rows([expand, dilated]) == [5]
+
+
+def test_chain_length_cuts_where_the_most_pool_bytes_are_least():
+    """An expanding block (1x1 to 6x channels, depthwise, 1x1 back) is one chain; a run
+    that never grows stays layer by layer (its layers write over their inputs); the
+    caller's input buffer does not count."""
+    from generator.export.conv_chain import chain_length
+
+    expand = _conv_layer((1, 24, 24, 16), 96, 1)
+    dw = _conv_layer((1, 24, 24, 96), 96, 3, pads=(1, 1, 1, 1), depthwise=True)
+    project = _conv_layer((1, 24, 24, 96), 16, 1)
+    assert chain_length([expand, dw, project], input_ours=True) == 3
+    thin = [_conv_layer((1, 24, 24, 16), 16, 3, pads=(1, 1, 1, 1), depthwise=True),
+            _conv_layer((1, 24, 24, 16), 16, 1)]
+    assert chain_length(thin, input_ours=True) == 0
+    assert chain_length([expand], input_ours=True) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board", ["host", "qemu-mps2-an385"])
+def test_a_chain_of_every_geometry_is_tflite_micro_byte_for_byte(board, tmp_path):
+    """tests/memory_models.py's conv_chain_style: regular and depthwise, dilation 2,
+    multiplier 2, stride 2, SAME and VALID padding, in one kernel; outputs TensorFlow Lite
+    Micro's for three random inputs, with the pool a third of the lifetime bound."""
+    from tests.memory_models import conv_chain_style
+    from tests.test_export import tflm_outputs
+
+    require_board_tools(board)
+    model = tmp_path / "chain.tflite"
+    model.write_bytes(conv_chain_style())
+    result = export_model(model, tmp_path / "c.tar", memory="small")
+    assert result.cpu_calls == ["q_conv_chain", "q_avg_pool2d"]
+    assert result.plan.pool_bytes < result.lifetime_bound / 2
+    generate(result.path, board, tmp_path / "p")
+    rng = np.random.default_rng(5)
+    xs = [rng.integers(-128, 128, (1, 32, 32, 4), dtype=np.int8) for _ in range(3)]
+    name = result.inputs[0].name
+    report = run_project(tmp_path / "p", [{name: x} for x in xs])
+    got = [next(iter(o.values())) for o in report.outputs]
+    want = tflm_outputs(model, xs)
+    assert len({w.tobytes() for w in want}) == 3
+    assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
+
+
+def test_activations_move_into_the_input_buffer_only_after_its_last_read():
+    """move_to_regions: the pool's fullest step gives up its largest tensor that fits the
+    input buffer and starts after the input's last reader; one that starts earlier stays."""
+    from generator.export.planner import Interval, Region, lower_bound, move_to_regions
+
+    intervals = [Interval(1, 64, 0, 1), Interval(2, 64, 1, 2), Interval(3, 48, 2, 3),
+                 Interval(4, 16, 3, 4)]
+    left, moved = move_to_regions(intervals, [Region(0, 64, 1)])
+    assert moved == {2: (0, 0)}
+    assert lower_bound(left) == 64
+    # nothing live at the fullest step fits: nothing moves (the peak would not shrink)
+    assert move_to_regions(intervals, [Region(0, 32, 1)])[1] == {}
+    assert move_to_regions(intervals, [Region(0, 64, 5)])[1] == {}
+
+
+def test_reuse_input_is_recorded_and_said(tmp_path, capsys):
+    """kws with --memory small --reuse-input: the archive's header says the run writes over
+    its inputs, `info` and --json say how many bytes live there; outputs TensorFlow Lite
+    Micro's on the host (the AN385: the MobileNetV2-style test)."""
+    from tests.test_export import _kws_inputs, tflm_outputs
+
+    out = tmp_path / "k.tar"
+    assert main(["export", str(KWS), "-o", str(out), "--memory", "small", "--reuse-input",
+                 "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["reuse_input"], printed["in_input_bytes"], printed["pool_bytes"]) == (
+        True, 64, 8_000)
+    with tarfile.open(out) as tar:
+        header = tar.extractfile("./codegen/host/include/tvmgen_default.h").read().decode()
+        source = tar.extractfile("./codegen/host/src/default_lib1.c").read().decode()
+    assert "#define TVMGEN_DEFAULT_REUSES_INPUTS 1" in header
+    assert "(uint8_t*)inputs->input_1 + 0)" in source
+    assert main(["info", str(out)]) == 0
+    assert "64 B more in the input buffers once read" in capsys.readouterr().out
+    # the library's one header says so, and its run checks the inputs' 16-byte alignment
+    assert main(["generate", str(out), "--format", "library", "-o", str(tmp_path / "l")]) == 0
+    library_h = (tmp_path / "l" / "include" / "default.h").read_text()
+    assert "#define DEFAULT_REUSES_INPUTS 1" in library_h
+    assert "bad_buffer(inputs->input_1, 16u)" in (tmp_path / "l" / "src" / "default.c").read_text()
+    xs, _ = _kws_inputs()
+    generate(out, "host", tmp_path / "p")
+    report = run_project(tmp_path / "p", [{"input_1": x} for x in xs[:5]])
+    got = [o["Identity"] for o in report.outputs]
+    assert [g.tobytes() for g in got] == [w.tobytes() for w in tflm_outputs(KWS, xs[:5])]

@@ -52,28 +52,33 @@ class ExportResult:
     lifetime_bound: int = 0  # the activations' lifetime lower bound (ccode.AotCode)
     over_inputs: int = 0  # calls whose output takes its input's bytes
     scratch_bytes: int = 0  # the kernels' own working memory at most (lower.kernel_scratch_bytes)
+    reuse_input: bool = False  # activations may take the input buffers' bytes once read
+    in_input_bytes: int = 0  # activation bytes placed in the input buffers
 
 
 def export_model(model: Path, dest: Path, shapes: dict[str, tuple[int, ...]] | None = None,
                  module: str = "default",
                  accelerators: list[Selected] | None = None,
                  tuning: TuningRecords | None = None, memory: str = "fast",
-                 ram_budget: int | None = None) -> ExportResult:
+                 ram_budget: int | None = None, reuse_input: bool = False) -> ExportResult:
     """Import an ONNX or TFLite file with TVM 0.27 and write it as an MLF v8 archive
     (kernels `tuning` has records for scheduled as `tune` found fastest; `memory` one of
     MEMORY_PRESETS). With `ram_budget` (bytes of activations, kernel scratch and I/O
-    buffers), the first preset from `memory` on whose plan fits is written, or none."""
+    buffers), the first preset from `memory` on whose plan fits is written, or none.
+    `reuse_input`: the model may write activations over its input buffers once it has
+    read them (the caller sets the inputs before every run)."""
     start = time.monotonic()
     mod, output_names = frontend.import_model(model, shapes or {})
     if ram_budget is None:
         return _export(mod, dest, module, output_names, model.name, start,
-                       accelerators or [], tuning, memory)
+                       accelerators or [], tuning, memory, reuse_input=reuse_input)
     needs = {}
     bound = None  # the fast plan's lifetime bound, once known: every preset reports it
     for preset in MEMORY_PRESETS[MEMORY_PRESETS.index(memory):]:
         result = _export(mod, dest, module, output_names, model.name, start,
                          accelerators or [], tuning, preset,
-                         keep=lambda r: ram_needed(r) <= ram_budget, lifetime_bound=bound)
+                         keep=lambda r: ram_needed(r) <= ram_budget, lifetime_bound=bound,
+                         reuse_input=reuse_input)
         bound = result.lifetime_bound
         needs[preset] = ram_needed(result)
         if needs[preset] <= ram_budget:
@@ -108,7 +113,7 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
             start: float, accelerators: list[Selected],
             tuning: TuningRecords | None = None, memory: str = "fast",
             keep: Callable[[ExportResult], bool] | None = None,
-            lifetime_bound: int | None = None) -> ExportResult:
+            lifetime_bound: int | None = None, reuse_input: bool = False) -> ExportResult:
     """Lower and plan, and write the archive (only if `keep` says yes to the result when
     it is given). `lifetime_bound`: the fast plan's, when the caller has it already."""
     if memory not in MEMORY_PRESETS:
@@ -116,7 +121,7 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
     lowered, input_names, names = lower_model(mod, module, output_names, accelerators,
                                               tuning, memory)
     program = lowered.program
-    code = ccode.generate(lowered, module, input_names, names)
+    code = ccode.generate(lowered, module, input_names, names, reuse_inputs=reuse_input)
     if memory != "fast":  # the bound is the model's as every kernel writes its own output
         code.lifetime_bound = (lifetime_bound if lifetime_bound is not None
                                else _fast_lifetime_bound(mod, accelerators))
@@ -131,7 +136,8 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
                           [c.kernel for c in program.calls
                            if c.kernel not in lowered.accel_kernels], lowered.tuned,
                           memory, code.lifetime_bound, code.over_inputs,
-                          kernel_scratch_bytes(lowered.c_source))
+                          kernel_scratch_bytes(lowered.c_source), reuse_input,
+                          code.in_input_bytes)
     if keep is None or keep(result):
         write_lowered(dest, module, lowered, code, origin, accelerators, tuning, memory)
     return result
@@ -281,6 +287,8 @@ def _metadata(module: str, lowered, code: ccode.AotCode, origin: str,
                      "size_bytes": memory_plan.pool_bytes, "alignment": 16,
                      "lower_bound_bytes": code.lifetime_bound,
                      "memory_preset": memory, "over_input_calls": code.over_inputs,
+                     "inputs_reused": code.reuse_inputs,
+                     "in_input_bytes": code.in_input_bytes,
                      "tensors": [{"offset": p.offset, "size": p.size,
                                   "first_call": p.first, "last_call": p.last}
                                  for p in memory_plan.placements]},

@@ -15,7 +15,15 @@ from generator.cdata import c_bytes_initializer
 from generator.cnames import c_identifiers
 from generator.errors import ExportError, MlfError
 from generator.export.lower import Lowered, Program
-from generator.export.planner import ALIGN, Interval, Plan, lower_bound, plan
+from generator.export.planner import (
+    ALIGN,
+    Interval,
+    Plan,
+    Region,
+    lower_bound,
+    move_to_regions,
+    plan,
+)
 from generator.mlf.model import (
     PROFILE_MARK_FUNCTION,
     external_pool_macro,
@@ -52,6 +60,10 @@ class AotCode:
     # writes its own output. The plan is below it when kernels write over their inputs.
     lifetime_bound: int = 0
     over_inputs: int = 0  # calls whose output takes its input's bytes
+    # Activations placed in the caller's input buffers once read (`reuse_inputs`): their
+    # bytes are not in the pool.
+    in_input_bytes: int = 0
+    reuse_inputs: bool = False
 
 
 def check_io_names(input_names: list[str], output_names: list[str]) -> None:
@@ -173,8 +185,23 @@ def over_input_aliases(program: Program, in_place_kernels: dict[str, int],
     return aliases
 
 
+def input_regions(program: Program) -> list[Region]:
+    """The model's input buffers as room for activations once their last reader has run
+    (not an input the model also returns)."""
+    last_read: dict[int, int] = {}
+    for step, call in enumerate(program.calls):
+        for tid in call.args[:len(call.args) - call.outputs]:
+            last_read[program.root(tid)] = step
+    returned = {program.root(t) for t in program.outputs}
+    return [Region(tid, program.tensors[tid].nbytes, last_read[tid] + 1)
+            for tid in program.inputs if tid in last_read and tid not in returned]
+
+
 def generate(lowered: Lowered, module: str, input_names: list[str],
-             output_names: list[str]) -> AotCode:
+             output_names: list[str], reuse_inputs: bool = False) -> AotCode:
+    """The AOT run function, its header and the weights. `reuse_inputs`: the caller lets
+    the model write over its input buffers once it has read them (they must be aligned to
+    ALIGN), so activations that fit are placed there instead of in the pool."""
     program = lowered.program
     prefix = f"tvmgen_{module}_"
     if len(input_names) != len(program.inputs) or len(output_names) != len(program.outputs):
@@ -190,19 +217,28 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
         if program.tensors[root].kind == "activation" and root not in in_place:
             in_place[root] = out.c_name
     aliases = over_input_aliases(program, lowered.in_place, set(in_place))
-    memory_plan = plan(pool_intervals(program, set(in_place), aliases))
+    intervals = pool_intervals(program, set(in_place), aliases)
+    moved: dict[int, tuple[int, int]] = {}
+    if reuse_inputs:
+        intervals, moved = move_to_regions(intervals, input_regions(program))
+    memory_plan = plan(intervals)
     lifetime = lifetime_bound(program)
     pool = f"{prefix}workspace_pool"
+    input_of = {tid: t.c_name for tid, t in zip(program.inputs, inputs, strict=True)}
 
-    def pool_offset(root: int) -> int:
-        return memory_plan.offset_of(aliases.get(root, root))
+    def place(root: int) -> tuple[str, int]:
+        """Where an activation lives: ("pool", offset) or (an input's C name, offset)."""
+        shared = aliases.get(root, root)
+        if shared in moved:
+            buffer, offset = moved[shared]
+            return input_of[buffer], offset
+        return "pool", memory_plan.offset_of(shared)
 
     constants = sorted({program.root(t) for c in program.calls for t in c.args
                         if program.tensors[program.root(t)].kind == "constant"}
                        | {program.root(t) for t in program.outputs
                           if program.tensors[program.root(t)].kind == "constant"})
     const_names = {tid: f"{prefix}const_{i}" for i, tid in enumerate(constants)}
-    input_of = {tid: t.c_name for tid, t in zip(program.inputs, inputs, strict=True)}
 
     def where(tid: int) -> str:
         root = program.root(tid)
@@ -213,7 +249,10 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
             return const_names[root]
         if root in in_place:
             return f"outputs->{in_place[root]}"
-        return f"({pool} + {pool_offset(root)})"
+        base, offset = place(root)
+        if base == "pool":
+            return f"({pool} + {offset})"
+        return f"((uint8_t*)inputs->{base} + {offset})"
 
     mark = profile_mark_macro(module)
     lines = [f"  {mark}(0);"]
@@ -238,7 +277,7 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
             copied.append(out.name)
 
     return AotCode(
-        header=_header(module, inputs, outputs),
+        header=_header(module, inputs, outputs, reuse_inputs),
         run_source=_run_source(module, lowered, program, memory_plan, pool, const_names, lines),
         constants_source=_constants_source(module, program, const_names),
         plan=memory_plan,
@@ -247,14 +286,17 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
         outputs=outputs,
         constants_bytes=sum(program.tensors[t].nbytes for t in constants),
         copied_outputs=copied,
-        layers=_layers(program, lowered, inputs, in_place, pool_offset, const_names, prefix),
+        layers=_layers(program, lowered, inputs, in_place, place, const_names, prefix),
         lifetime_bound=lifetime,
         over_inputs=len(aliases),
+        in_input_bytes=sum(i.size for i in pool_intervals(program, set(in_place), aliases)
+                           if i.tensor in moved),
+        reuse_inputs=reuse_inputs,
     )
 
 
 def _layers(program: Program, lowered: Lowered, inputs: list[IoTensor], in_place: dict[int, str],
-            pool_offset: Callable[[int], int], const_names: dict[int, str],
+            place: Callable[[int], tuple[str, int]], const_names: dict[int, str],
             prefix: str) -> list[dict]:
     """What each call reads and writes, and where those bytes live: `report`'s per-layer
     table. A constant's bytes count for the first call that reads it."""
@@ -277,7 +319,7 @@ def _layers(program: Program, lowered: Lowered, inputs: list[IoTensor], in_place
             elif root in in_place:
                 kind, ref = "output", in_place[root]
             else:
-                ref = f"pool+{pool_offset(root)}"
+                ref = "{}+{}".format(*place(root))
             args.append({"role": "input" if position < n_inputs else "output", "kind": kind,
                          "shape": list(tensor.shape), "dtype": tensor.dtype,
                          "bytes": tensor.nbytes, "ref": ref})
@@ -288,7 +330,8 @@ def _layers(program: Program, lowered: Lowered, inputs: list[IoTensor], in_place
     return out
 
 
-def _header(module: str, inputs: list[IoTensor], outputs: list[IoTensor]) -> str:
+def _header(module: str, inputs: list[IoTensor], outputs: list[IoTensor],
+            reuse_inputs: bool = False) -> str:
     up = module.upper()
     guard = f"TVMGEN_{up}_H_"
     out = [f"/* The C interface of module '{module}' (MLF version 8, written by microtvm-gen)."
@@ -305,6 +348,11 @@ def _header(module: str, inputs: list[IoTensor], outputs: list[IoTensor]) -> str
                 f"struct tvmgen_{module}_{kind} {{"]
         out += [f"  void* {t.c_name};" for t in group]
         out.append("};")
+    if reuse_inputs:
+        out += ["", f"/* Module '{module}' writes over its input buffers once it has read "
+                f"them (export --reuse-input): set every input before each run; input buffers "
+                f"must be aligned to {ALIGN} bytes. */",
+                f"#define TVMGEN_{up}_REUSES_INPUTS 1"]
     out += ["", f"/* Runs module '{module}'. Buffers must be aligned to their element size; "
             "returns 0, or nonzero when an accelerator driver failed. */",
             f"int32_t tvmgen_{module}_run(struct tvmgen_{module}_inputs* inputs, "

@@ -83,23 +83,70 @@ def lower_bound(intervals: list[Interval]) -> int:
 EXHAUSTIVE_MAX = 7  # up to this many tensors, every placement order is tried if needed
 
 
+def _lowest_free(item: Interval, placed: list[tuple[Interval, int]],
+                 limit: int | None = None) -> int | None:
+    """The lowest offset for `item` free of the `placed` tensors whose lifetimes meet its
+    own (where both have bytes at the same step); None when it would pass `limit` bytes."""
+    # (bytes the item has then, busy start, busy end) for each step range it shares
+    clashes = [(n, offset, offset + m)
+               for other, offset in placed if item.meets(other)
+               for f, la, n in item.occupancy()
+               for g, lb, m in other.occupancy() if f <= lb and g <= la]
+    for candidate in sorted({0, *(end for _, _, end in clashes)}):
+        if limit is not None and candidate + item.size > limit:
+            return None
+        if all(candidate + n <= start or candidate >= end for n, start, end in clashes):
+            return candidate
+    return None
+
+
 def _first_fit(order: list[Interval]) -> list[Placement]:
-    """Each tensor in `order` at the lowest offset free of already placed tensors whose
-    lifetimes meet its own (where both have bytes at the same step)."""
+    """Each tensor in `order` at the lowest offset free of already placed tensors."""
     placed: list[tuple[Interval, int]] = []
     for item in order:
-        # (bytes the item has then, busy start, busy end) for each step range it shares
-        clashes = [(n, offset, offset + m)
-                   for other, offset in placed if item.meets(other)
-                   for f, la, n in item.occupancy()
-                   for g, lb, m in other.occupancy() if f <= lb and g <= la]
-        offset = 0
-        for candidate in sorted({0, *(end for _, _, end in clashes)}):
-            if all(candidate + n <= start or candidate >= end for n, start, end in clashes):
-                offset = candidate
-                break
-        placed.append((item, offset))
+        placed.append((item, _lowest_free(item, placed) or 0))
     return [Placement(i.tensor, offset, i.size, i.first, i.last) for i, offset in placed]
+
+
+@dataclass(frozen=True)
+class Region:
+    """Bytes outside the pool that activations may use from step `free_from` on: an input
+    buffer the caller lets the model write over once it is read (`export --reuse-input`)."""
+
+    buffer: int  # the input tensor
+    size: int
+    free_from: int
+
+
+def _fullest_step(intervals: list[Interval]) -> int:
+    steps = range(min(i.first for i in intervals), max(i.last for i in intervals) + 1)
+    return max(steps, key=lambda s: sum(n for i in intervals for f, la, n in i.occupancy()
+                                         if f <= s <= la))
+
+
+def move_to_regions(intervals: list[Interval], regions: list[Region]
+                    ) -> tuple[list[Interval], dict[int, tuple[int, int]]]:
+    """Takes tensors out of the pool into the regions while the pool's fullest step has
+    one that fits (the largest first): the intervals left for the pool, and each moved
+    tensor's (region buffer, offset)."""
+    left = list(intervals)
+    inside: dict[int, list[tuple[Interval, int]]] = {r.buffer: [] for r in regions}
+    moved: dict[int, tuple[int, int]] = {}
+    while left:
+        step = _fullest_step(left)
+        live = sorted((i for i in left if i.first <= step <= i.last),
+                      key=lambda i: (-i.size, i.tensor))
+        fit = next(((item, region, offset) for item in live for region in regions
+                    if item.first >= region.free_from
+                    for offset in [_lowest_free(item, inside[region.buffer], region.size)]
+                    if offset is not None), None)
+        if fit is None:
+            break
+        item, region, offset = fit
+        inside[region.buffer].append((item, offset))
+        moved[item.tensor] = (region.buffer, offset)
+        left.remove(item)
+    return left, moved
 
 
 def _peak(placed: list[Placement]) -> int:

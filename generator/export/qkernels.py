@@ -194,7 +194,7 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
     are [KH, KW, Cout] (Cout = Cin · multiplier). The products are x · (w − weight_zero)
     (`weight_zero` is nonzero for uint8 models mapped to int8). `bias` already holds
     bias − input_zero · Σ(w − weight_zero), so padding reads the input zero point."""
-    in_place = (_in_place_conv(x_shape, weights.shape, out_shape, strides, pads, depthwise)
+    in_place = (in_place_form(x_shape, weights.shape, out_shape, strides, pads, depthwise)
                 if _in_place.get() else None)
     if (any(pads) or not depthwise or in_place) and _conv_form.get() == "auto":
         kernel = _conv2d_clipped(x_shape, weights, bias, out_shape, strides, pads, dilation,
@@ -294,7 +294,7 @@ def flushed_rows(c, out_rows: int, stride: int, top: int, in_row_bytes: int,
     return tir_max(-1, tir_min(c, last))
 
 
-def _in_place_conv(x_shape: tuple[int, ...], w_shape: tuple[int, ...],
+def in_place_form(x_shape: tuple[int, ...], w_shape: tuple[int, ...],
                    out_shape: tuple[int, ...], strides: tuple[int, int],
                    pads: tuple[int, int, int, int], depthwise: bool) -> InPlace | None:
     """How a conv2d can write over its input (InPlace), or None."""
@@ -339,7 +339,7 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
     A weight zero point (uint8 models) enters as x · (w − zw): a depthwise conv subtracts
     it from each weight; a regular conv sums its input taps once per output position
     (shared by every output channel) and starts each accumulator at bias − zw · Σx.
-    `in_place` (see `_in_place_conv`): the output may start at the input's first byte; each
+    `in_place` (see `in_place_form`): the output may start at the input's first byte; each
     result goes into a small buffer first and out once the inputs it covers are read."""
     t = tirx
     i32 = "int32"

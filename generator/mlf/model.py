@@ -142,6 +142,8 @@ class PlanSummary:
     tensors: int
     memory_preset: str | None = None  # "fast" | "small" (export --memory), when recorded
     over_input_calls: int = 0  # calls whose output takes its input's bytes
+    inputs_reused: bool = False  # the run writes over its input buffers (export --reuse-input)
+    in_input_bytes: int = 0  # activation bytes it places there
 
     @property
     def ratio(self) -> float:

@@ -371,10 +371,13 @@ def _v8_abi_and_plan(info: dict, where: str, style: str) -> tuple[str, PlanSumma
                 and isinstance(pool.get("lower_bound_bytes"), int):
             preset = pool.get("memory_preset")
             over = pool.get("over_input_calls")
+            in_input = pool.get("in_input_bytes")
             plan = PlanSummary(pool["size_bytes"], pool["lower_bound_bytes"],
                                len(pool.get("tensors") or []),
                                preset if preset in ("fast", "small") else None,
-                               over if isinstance(over, int) and over >= 0 else 0)
+                               over if isinstance(over, int) and over >= 0 else 0,
+                               pool.get("inputs_reused") is True,
+                               in_input if isinstance(in_input, int) and in_input >= 0 else 0)
     return abi["name"], plan
 
 

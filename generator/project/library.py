@@ -15,7 +15,7 @@ no build, flash or link, so no Project API server.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from generator import RUNTIME_ABI_VERSION, __version__
@@ -47,6 +47,7 @@ from generator.resources import templates_dir
 # same folder plus zephyr/module.yml, Kconfig and CMakeLists.txt).
 FORMAT = "library"
 ZEPHYR_MODULE = "zephyr-module"
+REUSED_INPUT_ALIGN = 16  # the export's ALIGN: activations in an input buffer start there
 FORMATS = (FORMAT, ZEPHYR_MODULE)
 ZEPHYR_FILES = {"zephyr/module.yml": "zephyr/module.yml.j2", "zephyr/Kconfig": "zephyr/Kconfig.j2",
                 "zephyr/CMakeLists.txt": "zephyr/CMakeLists.txt.j2"}
@@ -203,6 +204,7 @@ def _tensor(t: TensorInfo) -> LibraryTensor:
 def _render(archive_path: Path, sha256: str, data: dict[str, bytes],
             module: ModuleInfo, fmt: str, share_workspace: bool = False) -> dict[str, bytes]:
     name = module.name
+    reused = module.plan is not None and module.plan.inputs_reused
     hook = _pool_hook(module, data)
     memory = _memory(module, hook is not None)
     out: dict[str, bytes] = {}
@@ -240,7 +242,10 @@ def _render(archive_path: Path, sha256: str, data: dict[str, bytes],
         "name": name,
         "upper": name.upper(),
         "guard": f"MTVG_LIBRARY_{name.upper()}_H_",
-        "inputs": [_tensor(t) for t in module.inputs],
+        # inputs the model writes over (export --reuse-input) hold pool-aligned activations
+        "inputs_reused": reused,
+        "inputs": [replace(_tensor(t), align=REUSED_INPUT_ALIGN) if reused else _tensor(t)
+                   for t in module.inputs],
         "outputs": [_tensor(t) for t in module.outputs],
         "external_pools": [{"c_name": c_identifier(p.name), "size_bytes": p.size_bytes}
                            for p in module.pools if not p.internal],

@@ -8,8 +8,14 @@ import numpy as np
 
 from generator.accel.api import QuantizedOp
 from generator.export import qkernels
+from generator.export.conv_chain import (
+    MAX_CHAIN,
+    ConvLayer,
+    chain_length,
+    chainable,
+    conv_chain,
+)
 from generator.export.fixedpoint import softmax_params
-from generator.export.fused_block import ConvLayer, fusable, inverted_residual
 from generator.export.quantize import _requant as requantization
 from generator.export.quantize import _requant_arrays, _zero_points
 from generator.export.rowsplit import is_pointwise, split_row
@@ -99,7 +105,7 @@ def conv2d(ctx: Context, op: TfOp) -> None:
         return _float_conv(ctx, op, x_t, w_t, b_t, out_t, strides, dilation, pads, depthwise,
                            act)
     layer, w_zero, bias = _int8_conv(ctx, op)
-    if not w_zero and _fused_block(ctx, op, layer):
+    if not w_zero and _conv_chain(ctx, op, layer):
         return
     x = ctx.qinfo(x_t)
     cin, cout = x_t.shape[3], out_t.shape[3]
@@ -156,27 +162,32 @@ def _int8_conv(ctx: Context, op: TfOp) -> tuple[ConvLayer, int, np.ndarray]:
     return layer, w_zero, bias
 
 
-def _fused_block(ctx: Context, op: TfOp, expand: ConvLayer) -> bool:
-    """With `--memory small`, a 1x1 CONV_2D read only by a DEPTHWISE_CONV_2D read only by a
-    1x1 CONV_2D becomes one kernel (generator/export/fused_block.py) that never holds the
-    expanded tensors whole; the two later operators are then done. False when it does not
-    apply (the layers are converted one by one)."""
-    if not qkernels.in_place_enabled() or op.code != "CONV_2D":
+def _conv_chain(ctx: Context, op: TfOp, first: ConvLayer) -> bool:
+    """With `--memory small`, a run of int8 convolutions starting at `op`, each read only
+    by the next, becomes one kernel (generator/export/conv_chain.py) that computes them
+    row by row, when that needs less RAM than the layers one at a time; the later
+    operators are then done. False when no chain applies (the layer is converted alone)."""
+    if not qkernels.in_place_enabled():
         return False
-    dw_op = ctx.sole_reader(op.outputs[0])
-    pw_op = ctx.sole_reader(dw_op.outputs[0]) if dw_op is not None else None
-    if dw_op is None or dw_op.code != "DEPTHWISE_CONV_2D" or pw_op is None \
-            or pw_op.code != "CONV_2D":
+    layers, ops = [first], [op]
+    while len(layers) < MAX_CHAIN:
+        reader = ctx.sole_reader(ops[-1].outputs[0])
+        if reader is None or reader.code not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+            break
+        try:
+            layer, w_zero, _ = _int8_conv(ctx, reader)
+        except Unsupported:
+            break
+        if w_zero or not chainable(layers[-1], layer):
+            break
+        layers.append(layer)
+        ops.append(reader)
+    n = chain_length(layers, input_ours=ops[0].inputs[0] not in ctx.model.inputs)
+    if not n:
         return False
-    try:
-        (dw, dw_zero, _), (project, pw_zero, _) = _int8_conv(ctx, dw_op), _int8_conv(ctx, pw_op)
-    except Unsupported:
-        return False
-    if dw_zero or pw_zero or not fusable(expand, dw, project):
-        return False
-    kernel = inverted_residual(expand, dw, project)
-    ctx.kernel("inverted_residual", kernel, [ctx.value(ctx.need(op, 0))], ctx.out(pw_op))
-    ctx.fused(op, dw_op, pw_op)
+    kernel = conv_chain(layers[:n])
+    ctx.kernel("conv_chain", kernel, [ctx.value(ctx.need(op, 0))], ctx.out(ops[n - 1]))
+    ctx.fused(op, *ops[1:n])
     return True
 
 
