@@ -1,6 +1,7 @@
 """RAM per model and memory preset: the lifetime bound, our plans, what they cost, TFLite Micro.
 
-For each model, exported with `--memory fast` and `--memory small`:
+For each model, exported with `--memory fast`, `--memory small` and `--memory small
+--reuse-input` ("reuse": activations also take the input buffer once it is read):
 - the lifetime lower bound (the most bytes of tensors live at once when every kernel writes
   its own output) and each plan's activation pool; the kernels' scratch (their stack arrays,
   the largest kernel's); the I/O buffers;
@@ -9,7 +10,7 @@ For each model, exported with `--memory fast` and `--memory small`:
 - TensorFlow Lite Micro's arena for the same model (its Python interpreter's recording
   allocator on x86-64: the whole arena, and its "head", where its activations live; the
   AN385's 32-bit pointers make the tail a little smaller there);
-- both presets' outputs must be equal on the same inputs (the run refuses to print otherwise).
+- every plan's outputs must be equal on the same inputs (the run refuses to print otherwise).
 
 It also draws kws's buffer timelines (docs/memory/kws-fast.svg, kws-small.svg): a column per
 call, a bar per tensor at its pool offset while it lives.
@@ -52,6 +53,7 @@ MODELS: dict[str, Path | None] = {
 BOARD = "qemu-mps2-an385"
 SAMPLES = 3
 PRESETS = ("fast", "small")
+PLANS = {"fast": ("fast", False), "small": ("small", False), "reuse": ("small", True)}
 DOCS_TABLE = DocsTable(REPO / "docs" / "memory.md", "memory-presets",
                        "python benchmarks/memory.py --docs")
 PICTURES = REPO / "docs" / "memory"
@@ -60,19 +62,22 @@ PICTURES = REPO / "docs" / "memory"
 def measure(name: str, model: Path, work: Path) -> dict:
     row: dict = {"model": name}
     outputs = {}
-    for preset in PRESETS:
-        result = export_model(model, work / f"{name}-{preset}.tar", memory=preset)
+    for preset, (memory, reuse) in PLANS.items():
+        result = export_model(model, work / f"{name}-{preset}.tar", memory=memory,
+                              reuse_input=reuse)
         project = work / f"{name}-{preset}"
         generate(result.path, BOARD, project)
         report = run_project(project, inputs_for(result, SAMPLES))
         outputs[preset] = [{k: v.tobytes() for k, v in o.items()} for o in report.outputs]
         row[preset] = {"result": result, "pool": result.plan.pool_bytes,
                        "scratch": result.scratch_bytes, "ram": ram_needed(result),
+                       "in_input": result.in_input_bytes,
                        "instructions": int(statistics.median(t.count for t in report.timings))}
         row["bound"] = result.lifetime_bound
         row["io"] = sum(t.size_bytes for t in [*result.inputs, *result.outputs])
-    if outputs["fast"] != outputs["small"]:
-        raise SystemExit(f"{name}: the small plan's outputs differ from the fast plan's")
+    for preset in PLANS:
+        if outputs[preset] != outputs["fast"]:
+            raise SystemExit(f"{name}: the {preset} plan's outputs differ from the fast plan's")
     arena = tflm_arena(model)
     if arena is None:
         raise SystemExit(f"{name}: TFLite Micro's interpreter gave no arena (pip install "
@@ -83,18 +88,24 @@ def measure(name: str, model: Path, work: Path) -> dict:
 
 def table_lines(rows: list[dict]) -> list[str]:
     lines = ["| model | lifetime bound | fast: pool + scratch | small: pool + scratch | "
-             "small / bound | calls over their input | I/O | instructions fast | "
-             "instructions small | TFLite Micro arena (head) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "small / bound | reuse: pool + scratch (in input) | reuse / bound | "
+             "calls over their input | I/O | instructions fast | instructions small | "
+             "instructions reuse | TFLite Micro arena (head) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        fast, small = r["fast"], r["small"]
-        cost = small["instructions"] / fast["instructions"]
+        fast, small, reuse = r["fast"], r["small"], r["reuse"]
+
+        def cost(plan: dict, base: int = fast["instructions"]) -> str:
+            return f"{plan['instructions']:,} ({plan['instructions'] / base:.3f}x)"
+
         lines.append(
             f"| {r['model']} | {r['bound']:,} | {fast['pool']:,} + {fast['scratch']:,} | "
             f"{small['pool']:,} + {small['scratch']:,} | "
-            f"{small['pool'] / r['bound']:.2f} | {small['result'].over_inputs} | "
-            f"{r['io']:,} | {fast['instructions']:,} | {small['instructions']:,} "
-            f"({cost:.3f}x) | {r['tflm'][0]:,} ({r['tflm'][1]:,}) |")
+            f"{small['pool'] / r['bound']:.2f} | "
+            f"{reuse['pool']:,} + {reuse['scratch']:,} ({reuse['in_input']:,}) | "
+            f"{reuse['pool'] / r['bound']:.2f} | {small['result'].over_inputs} | "
+            f"{r['io']:,} | {fast['instructions']:,} | {cost(small)} | {cost(reuse)} | "
+            f"{r['tflm'][0]:,} ({r['tflm'][1]:,}) |")
     return lines
 
 
@@ -170,7 +181,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
-            print(f"{name}: exporting, building and running both presets ...", file=sys.stderr)
+            print(f"{name}: exporting, building and running each plan ...", file=sys.stderr)
             model = MODELS[name]
             if model is None:
                 from tests.memory_models import mobilenet_v2_style

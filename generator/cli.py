@@ -123,7 +123,7 @@ class Info(Command):
                         if m.plan.over_input_calls else "")
                 if m.plan.inputs_reused:
                     over += (f", {m.plan.in_input_bytes} B more in the input buffers once "
-                             "read (--reuse-input: set the inputs before every run)")
+                             "read: set them before every run")
                 print(f"  plan    activations {m.plan.pool_bytes} B in one pool "
                       f"({m.plan.tensors} tensors{preset}{over}); lifetime lower bound "
                       f"{m.plan.lower_bound_bytes} B ({m.plan.ratio:.2f}x)")
@@ -330,6 +330,8 @@ class Export(Command):
                 print(f"  {kind}  {t.name}: {t.dtype}{list(t.shape)}")
         ratio = r.plan.pool_bytes / r.lifetime_bound if r.lifetime_bound else 1.0
         over = (f", {r.over_inputs} calls write over their input" if r.over_inputs else "")
+        if r.reuse_input:
+            over += f", up to {r.in_input_bytes} B in the input buffers once read"
         print(f"  plan    activations {r.plan.pool_bytes} B ({r.memory}{over}) + kernel "
               f"scratch {r.scratch_bytes} B; lifetime lower bound {r.lifetime_bound} B "
               f"({ratio:.2f}x); weights {_fmt_bytes(r.constants_bytes)} in flash")

@@ -145,7 +145,7 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
 
 def _fast_lifetime_bound(mod, accelerators: list[Selected]) -> int:
     """The lifetime bound of the model's `--memory fast` program (kernels as they are, no
-    fused blocks): lowered to the call list only, no C compiled."""
+    conv chains): lowered to the call list only, no C compiled."""
     with qkernels.in_place_kernels(False):
         fused, _, _ = fuse(mod, accelerators)
     return ccode.lifetime_bound(read_program(fused))

@@ -60,8 +60,8 @@ class AotCode:
     # writes its own output. The plan is below it when kernels write over their inputs.
     lifetime_bound: int = 0
     over_inputs: int = 0  # calls whose output takes its input's bytes
-    # Activations placed in the caller's input buffers once read (`reuse_inputs`): their
-    # bytes are not in the pool.
+    # The most activation bytes in the caller's input buffers at once (`reuse_inputs`):
+    # placed there once the buffers are read, not in the pool.
     in_input_bytes: int = 0
     reuse_inputs: bool = False
 
@@ -289,8 +289,8 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
         layers=_layers(program, lowered, inputs, in_place, place, const_names, prefix),
         lifetime_bound=lifetime,
         over_inputs=len(aliases),
-        in_input_bytes=sum(i.size for i in pool_intervals(program, set(in_place), aliases)
-                           if i.tensor in moved),
+        in_input_bytes=lower_bound([i for i in pool_intervals(program, set(in_place), aliases)
+                                    if i.tensor in moved]),
         reuse_inputs=reuse_inputs,
     )
 

@@ -54,13 +54,13 @@ class ConvLayer:
     def taps(self) -> tuple[int, int]:
         return tuple(self.weights.shape[:2] if self.depthwise else self.weights.shape[1:3])
 
-    def reach(self, rows: int) -> int:
-        """How many input rows (from the first) its output rows [0, rows) read."""
-        if rows <= 0:
-            return 0
+    def reach(self, rows, tir_min=min, tir_max=max,
+              select=lambda cond, a, b: a if cond else b):
+        """How many input rows (from the first) its output rows [0, rows) read (the
+        arithmetic given as TIR for the kernel, Python's by default)."""
         extent = (self.taps[0] - 1) * self.dilation[0] + 1
-        return max(0, min(self.x_shape[1],
-                          (rows - 1) * self.strides[0] - self.pads[0] + extent))
+        last = (rows - 1) * self.strides[0] - self.pads[0] + extent
+        return select(rows > 0, tir_max(tir_min(last, self.x_shape[1]), 0), 0)
 
     @property
     def in_bytes(self) -> int:
@@ -267,9 +267,7 @@ def conv_chain(layers: list[ConvLayer]) -> Kernel:
         return t.const(value, i32)
 
     def reach(layer: ConvLayer, rows):
-        extent = (layer.taps[0] - 1) * layer.dilation[0] + 1
-        return t.Select(rows > 0, t.max(c(0), t.min(c(layer.x_shape[1]), (rows - 1) * (
-            layer.strides[0]) - layer.pads[0] + extent)), c(0))
+        return layer.reach(rows, t.min, t.max, lambda cond, a, b: t.Select(cond, a, c(b)))
 
     def ring_index(i, h, w, ch):
         _, h_, w_, c_ = layers[i].out_shape
