@@ -40,7 +40,7 @@ rpc_sources=("$common/src/rpc_server.c" "$common/src/workspace.c"
              "$common/platform/posix/platform.c")
 rpc_flags=(-DMTVG_RPC_POOL_BYTES=4096u -DMTVG_RPC_MAX_ALLOCS=8u -DMTVG_RPC_MAX_ARGS=12u
            -DMTVG_RPC_MAX_NDIM=4u -DMTVG_RPC_MAX_TIMERS=2u -DMTVG_RPC_MAX_REPEAT=8u
-           -DMTVG_RPC_STRING_BYTES=64u
+           -DMTVG_RPC_MAX_NUMBER=4096u -DMTVG_RPC_STRING_BYTES=64u
            -Wl,--wrap=mtvg_timer_ticks -Wl,--wrap=mtvg_timer_hz -Wl,--wrap=mtvg_timer_align)
 flags=(-std=c99 -Wall -Wextra -Werror -O1 -g -fno-omit-frame-pointer
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all

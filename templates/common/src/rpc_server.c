@@ -77,7 +77,6 @@
 #define TIME_EVALUATOR_ARGS 12u
 /* time_evaluator's growth factor for `number` when min_repeat_ms is not reached: 1.618. */
 #define GROWTH_PER_MILLE 1618u
-#define MAX_NUMBER 0x40000000u
 #define NOT_AN_ARGUMENT 0xFFFFFFFFu
 
 typedef struct {
@@ -735,7 +734,8 @@ static size_t create_timer(writer_t* w, uint32_t n) {
   uint32_t dev_id = 0;
   uint32_t cache_flush = 0;
   if (arg_uint(2, 0xFFFF, &dev_type) != 0 || arg_uint(3, 0xFFFF, &dev_id) != 0 ||
-      arg_uint(4, MAX_NUMBER, &t.number) != 0 || arg_uint(5, MTVG_RPC_MAX_REPEAT, &t.repeat) != 0 ||
+      arg_uint(4, MTVG_RPC_MAX_NUMBER, &t.number) != 0 ||
+      arg_uint(5, MTVG_RPC_MAX_REPEAT, &t.repeat) != 0 ||
       arg_uint(6, 0x7FFFFFFF, &t.min_repeat_ms) != 0 ||
       arg_uint(7, 0x7FFFFFFF, &t.limit_zero_time_iterations) != 0 ||
       arg_uint(8, 0x7FFFFFFF, &t.cooldown_ms) != 0 ||
@@ -821,13 +821,18 @@ static size_t run_timer(writer_t* w, const evaluator_t* t, uint32_t n) {
         double needed = (double)t->min_repeat_ms * (double)hz / 1000.0 * (double)number /
                         (double)ticks + 1.0;
         if (needed > (double)grown) {
-          grown = needed >= (double)MAX_NUMBER ? MAX_NUMBER : (uint64_t)needed;
+          grown = needed >= (double)MTVG_RPC_MAX_NUMBER ? MTVG_RPC_MAX_NUMBER
+                                                        : (uint64_t)needed;
         }
       }
-      if (number >= MAX_NUMBER) {
+      if (number >= MTVG_RPC_MAX_NUMBER) {
         break;
       }
-      number = grown > MAX_NUMBER ? MAX_NUMBER : (grown > number ? (uint32_t)grown : number + 1u);
+      if (grown > MTVG_RPC_MAX_NUMBER) {
+        number = MTVG_RPC_MAX_NUMBER;
+      } else {
+        number = grown > number ? (uint32_t)grown : number + 1u;
+      }
     }
     double seconds = (double)ticks / (double)hz / (double)number;
     uint64_t bits;

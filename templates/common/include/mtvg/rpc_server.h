@@ -53,6 +53,12 @@ extern "C" {
 #define MTVG_RPC_MAX_REPEAT 64u
 #endif
 
+/*! \brief Most calls of the kernel in one measurement of a time evaluator (its `number`,
+ * given or grown to reach min_repeat_ms). */
+#ifndef MTVG_RPC_MAX_NUMBER
+#define MTVG_RPC_MAX_NUMBER 0x40000000u
+#endif
+
 /*! \brief Bytes for the string arguments of one call, each with its NUL. */
 #ifndef MTVG_RPC_STRING_BYTES
 #define MTVG_RPC_STRING_BYTES 256u
