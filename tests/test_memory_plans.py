@@ -353,3 +353,18 @@ def test_reuse_input_is_recorded_and_said(tmp_path, capsys):
     report = run_project(tmp_path / "p", [{"input_1": x} for x in xs[:5]])
     got = [o["Identity"] for o in report.outputs]
     assert [g.tobytes() for g in got] == [w.tobytes() for w in tflm_outputs(KWS, xs[:5])]
+
+
+def test_an_accelerator_leaves_chains_to_the_cpu_and_export_says_so(tmp_path):
+    """The vanilla NPU takes convolutions, but not the layers of a chain: they stay one
+    CPU kernel, and export says so in a note."""
+    from tests.memory_models import conv_chain_style
+    from tests.test_accelerators import export
+
+    model = tmp_path / "chain.tflite"
+    model.write_bytes(conv_chain_style())
+    printed = export(model, tmp_path / "c.tar", "--accelerator", "vanilla", "--memory",
+                     "small")
+    assert printed["cpu_kernels"] == ["q_conv_chain", "q_avg_pool2d"]
+    assert "--memory small: 1 convolution chain on the CPU (accelerators do not take a " \
+        "chain's layers)" in printed["notes"]

@@ -129,6 +129,11 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
     notes += [f"accelerator '{name}' matched no operator; the model runs on the CPU"
               for name in lowered.offload.unmatched]
     notes += lowered.tuning_notes
+    chains = sum(c.kernel.startswith("q_conv_chain") for c in program.calls)
+    if chains and accelerators:
+        plural = "s" if chains > 1 else ""
+        notes.append(f"--memory small: {chains} convolution chain{plural} on the CPU "
+                     "(accelerators do not take a chain's layers)")
     result = ExportResult(dest, module, len({c.kernel for c in program.calls}),
                           len(program.calls), code.plan, code.constants_bytes, code.inputs,
                           code.outputs, time.monotonic() - start, notes, lowered.quant,
