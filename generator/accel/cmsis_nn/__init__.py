@@ -149,13 +149,15 @@ class CmsisNN(Accelerator):
             t = op.tensors
             batches, k = op.input_shapes[0]
             units = op.output_shape[1]
+            sums = dense_kernel_sums(t["weights"], t["bias"], p["input_zero_point"])
             params = _int8_params(op)
+            params.insert(5, Param("kernel_sums", sums.shape, "int32"))
             func = extern_kernel(self.name, "mtvg_cmsis_nn_dense_s8", params, [
-                "input", "weights", "bias", "multiplier", "shift", "output", batches, k,
-                units, p["input_zero_point"], p["output_zero_point"], p["act_min"],
-                p["act_max"]])
-            return Lowering(func, [t["weights"], t["bias"], t["multiplier"], t["shift"]],
-                            batches * k * units, 4 * units + SCRATCH_SLACK)
+                "input", "weights", "bias", "multiplier", "shift", "kernel_sums", "output",
+                batches, k, units, p["input_zero_point"], p["output_zero_point"],
+                p["act_min"], p["act_max"]])
+            return Lowering(func, [t["weights"], t["bias"], t["multiplier"], t["shift"], sums],
+                            batches * k * units)
         if kind == "avg_pool2d":
             _, h, w, c = op.input_shapes[0]
             _, oh, ow, _ = op.output_shape
@@ -240,6 +242,14 @@ class CmsisNN(Accelerator):
                       defines={"MTVG_CMSIS_NN_CHECK_ARGUMENTS": 0},
                       counters="mtvg_cmsis_nn_counters",
                       scratch_define="MTVG_CMSIS_NN_SCRATCH_BYTES")
+
+
+def dense_kernel_sums(weights: np.ndarray, bias: np.ndarray, input_zero_point: int
+                      ) -> np.ndarray:
+    """Each unit's bias − input zero point · Σ of its weights, as int32 (wrapping like C):
+    what arm_vector_sum_s8 computes for CMSIS-NN's MVE fully connected kernels."""
+    sums = bias.astype(np.int64) - int(input_zero_point) * weights.astype(np.int64).sum(axis=1)
+    return ((sums + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
 
 
 def _int8_params(op) -> list[Param]:

@@ -405,11 +405,12 @@ int32_t mtvg_cmsis_nn_depthwise_conv2d_s8(
 }
 
 int32_t mtvg_cmsis_nn_dense_s8(const int8_t* input, const int8_t* weights, const int32_t* bias,
-                               const int32_t* multiplier, const int32_t* shift, int8_t* output,
-                               int32_t batches, int32_t in_depth, int32_t units,
-                               int32_t input_zero_point, int32_t output_zero_point,
-                               int32_t act_min, int32_t act_max) {
-  if (input == NULL || weights == NULL || multiplier == NULL || shift == NULL || output == NULL) {
+                               const int32_t* multiplier, const int32_t* shift,
+                               const int32_t* kernel_sums, int8_t* output, int32_t batches,
+                               int32_t in_depth, int32_t units, int32_t input_zero_point,
+                               int32_t output_zero_point, int32_t act_min, int32_t act_max) {
+  if (input == NULL || weights == NULL || multiplier == NULL || shift == NULL ||
+      kernel_sums == NULL || output == NULL) {
     return bad_argument(OP_DENSE, "a NULL tensor");
   }
   if (!is_dim(batches) || !is_dim(in_depth) || !is_dim(units) ||
@@ -437,21 +438,14 @@ int32_t mtvg_cmsis_nn_dense_s8(const int8_t* input, const int8_t* weights, const
   const cmsis_nn_dims bias_dims = {1, 1, 1, units};
   const cmsis_nn_dims output_dims = {batches, 1, 1, units};
   cmsis_nn_context ctx;
-  const int32_t need = arm_fully_connected_s8_get_buffer_size(&filter_dims);
-  int32_t status = take_scratch(OP_DENSE, need, &ctx);
+  int32_t status = take_scratch(OP_DENSE, 0, &ctx);
   if (status != 0) {
     return status;
   }
-  if (need > 0) {
-    /* Where CMSIS-NN wants a buffer (MVE) it holds each unit's bias + input offset * sum of
-     * its weights, computed first (as TFLite Micro does when it prepares the layer). */
-    status = kernel_status(OP_DENSE, "arm_vector_sum_s8",
-                           arm_vector_sum_s8((int32_t*)ctx.buf, in_depth, units, weights,
-                                             -input_zero_point, 0, bias));
-    if (status != 0) {
-      return status;
-    }
-  }
+  /* Where CMSIS-NN wants a buffer (MVE) it only reads each unit's kernel sum from it: the
+   * export's, in flash. */
+  ctx.buf = (void*)kernel_sums;
+  ctx.size = arm_fully_connected_s8_get_buffer_size(&filter_dims);
   if (per_tensor) {
     const cmsis_nn_per_tensor_quant_params quant = {multiplier[0], shift[0]};
     return kernel_status(OP_DENSE, "arm_fully_connected_s8",

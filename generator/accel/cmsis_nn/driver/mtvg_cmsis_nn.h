@@ -27,7 +27,7 @@
  *                                   0 for 3x3 with pads <= 1)
  *     MVE:        496 * T          (out_c == in_c, dilation 1; 496 = 4 * CH_IN_BLOCK_MVE)
  *                 max(4 * align_16(T), k_w + pad_left) + T * out_c   (in_c == 1 < out_c)
- *   dense:        MVE: 4 * units   (per-unit kernel sums); plain, DSP: 0
+ *   dense:        0                (MVE's per-unit kernel sums come with the call)
  *   avgpool:      DSP: 4 * c;      plain, MVE: 0
  *   maxpool, add, softmax: 0
  *
@@ -117,12 +117,16 @@ int32_t mtvg_cmsis_nn_depthwise_conv2d_s8(
 
 /*! \brief TFLite FULLY_CONNECTED (weights [units, in_depth], requantization per unit):
  *  arm_fully_connected_s8 when every unit has the same multiplier and shift, else
- *  arm_fully_connected_per_channel_s8. */
+ *  arm_fully_connected_per_channel_s8. `kernel_sums[u]` = bias[u] − input_zero_point ·
+ *  Σ_k weights[u][k] (int32, wrapping), what CMSIS-NN's MVE kernels read from their buffer
+ *  (arm_vector_sum_s8's result, which TFLite Micro computes when it prepares the layer):
+ *  computed once at export, so no call computes it again; the DSP and plain kernels ignore
+ *  it. */
 int32_t mtvg_cmsis_nn_dense_s8(const int8_t* input, const int8_t* weights, const int32_t* bias,
-                               const int32_t* multiplier, const int32_t* shift, int8_t* output,
-                               int32_t batches, int32_t in_depth, int32_t units,
-                               int32_t input_zero_point, int32_t output_zero_point,
-                               int32_t act_min, int32_t act_max);
+                               const int32_t* multiplier, const int32_t* shift,
+                               const int32_t* kernel_sums, int8_t* output, int32_t batches,
+                               int32_t in_depth, int32_t units, int32_t input_zero_point,
+                               int32_t output_zero_point, int32_t act_min, int32_t act_max);
 
 /*! \brief TFLite AVERAGE_POOL_2D ([in_h, in_w, c] -> [out_h, out_w, c]; input and output share
  *  their quantization) via arm_avgpool_s8. */
