@@ -33,6 +33,7 @@
  *   rpc_server.h     MTVG_RPC_MAX_NDIM            -D      dimensions of a tensor argument
  *   rpc_server.h     MTVG_RPC_MAX_TIMERS          -D      time evaluators alive at once
  *   rpc_server.h     MTVG_RPC_MAX_REPEAT          -D      repeats of one time evaluator
+ *   rpc_server.h     MTVG_RPC_MAX_NUMBER          -D      calls per time evaluator measurement
  *   rpc_server.h     MTVG_RPC_STRING_BYTES        -D      string arguments of one call
  *   rpc_server.h     MTVG_RPC_TENSOR_ALIGN                alignment of tensor data
  *   port_cortex_m.h  MTVG_RX_RING_BYTES           -D      UART bytes received ahead
