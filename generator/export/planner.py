@@ -71,13 +71,18 @@ def align_up(n: int, align: int = ALIGN) -> int:
     return (n + align - 1) // align * align
 
 
+def _live_bytes(intervals: list[Interval]) -> dict[int, int]:
+    """Step → the total (aligned) size of the tensors live then."""
+    if not intervals:
+        return {}
+    steps = range(min(i.first for i in intervals), max(i.last for i in intervals) + 1)
+    return {s: sum(n for i in intervals for f, la, n in i.occupancy() if f <= s <= la)
+            for s in steps}
+
+
 def lower_bound(intervals: list[Interval]) -> int:
     """The largest total (aligned) size of tensors live at the same step."""
-    if not intervals:
-        return 0
-    steps = range(min(i.first for i in intervals), max(i.last for i in intervals) + 1)
-    return max(sum(n for i in intervals for f, la, n in i.occupancy() if f <= s <= la)
-               for s in steps)
+    return max(_live_bytes(intervals).values(), default=0)
 
 
 EXHAUSTIVE_MAX = 7  # up to this many tensors, every placement order is tried if needed
@@ -118,12 +123,6 @@ class Region:
     free_from: int
 
 
-def _fullest_step(intervals: list[Interval]) -> int:
-    steps = range(min(i.first for i in intervals), max(i.last for i in intervals) + 1)
-    return max(steps, key=lambda s: sum(n for i in intervals for f, la, n in i.occupancy()
-                                         if f <= s <= la))
-
-
 def move_to_regions(intervals: list[Interval], regions: list[Region]
                     ) -> tuple[list[Interval], dict[int, tuple[int, int]]]:
     """Takes tensors out of the pool into the regions while the pool's fullest step has
@@ -133,7 +132,8 @@ def move_to_regions(intervals: list[Interval], regions: list[Region]
     inside: dict[int, list[tuple[Interval, int]]] = {r.buffer: [] for r in regions}
     moved: dict[int, tuple[int, int]] = {}
     while left:
-        step = _fullest_step(left)
+        live_bytes = _live_bytes(left)
+        step = max(live_bytes, key=live_bytes.get)
         live = sorted((i for i in left if i.first <= step <= i.last),
                       key=lambda i: (-i.size, i.tensor))
         fit = next(((item, region, offset) for item in live for region in regions
