@@ -168,6 +168,12 @@ class Accelerator:
         else what the user should set."""
         return None
 
+    def board_options(self, board: Any) -> dict[str, str]:
+        """Option values a board implies when the plugin is its default (`export --board`
+        without --target), as `--target-<plugin>-<name>=VALUE` would give them; the user's
+        own values win."""
+        return {}
+
     def supports(self, board: Any) -> str | None:
         """None when the plugin can run on `board` (a generator.boards.Board), else why not."""
         if self.boards is not None and board.name not in self.boards:

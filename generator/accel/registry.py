@@ -218,6 +218,7 @@ def board_defaults(board, raw_options: list[str],
             continue
         given = _parse_raw_options(raw_options, [plugin.name]).get(plugin.name, {}) \
             if any(o.startswith(f"--target-{plugin.name}-") for o in raw_options) else {}
+        given = {**call_plugin(plugin, "board_options", plugin.board_options, board), **given}
         values = check_options(plugin, given)
         reason = call_plugin(plugin, "ready", plugin.ready, values)
         if reason:
