@@ -128,7 +128,7 @@ class CmsisNN(Accelerator):
     def _portable_depthwise(m: Match) -> str | None:
         """On a DSP core CMSIS-NN v7 runs a depthwise convolution with a channel multiplier
         above 1 in its portable C kernel (arm_depthwise_conv_s8), which our kernel beats
-        (micro_speech's 10x8 first layer on the M4: benchmarks/accelerators.py)."""
+        (micro_speech's 10x8 first layer on the M4: docs/accelerators.md)."""
         op = m.op
         if op.output_shape[3] != op.input_shapes[0][3]:
             return "a channel multiplier above 1: CMSIS-NN's kernel for it is portable C " \
