@@ -10,7 +10,7 @@ from pathlib import Path
 from generator.accel.dispatch import OffloadReport, Selected
 from generator.cnames import c_identifiers
 from generator.errors import ExportError, MlfError
-from generator.export import ccode, frontend, qkernels
+from generator.export import ccode, conv_chain, frontend, qkernels
 from generator.export.lower import Lowered, fuse, kernel_scratch_bytes, lower, read_program
 from generator.export.mlf_writer import (
     ABI_NAME,
@@ -129,7 +129,7 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
     notes += [f"accelerator '{name}' matched no operator; the model runs on the CPU"
               for name in lowered.offload.unmatched]
     notes += lowered.tuning_notes
-    chains = sum(c.kernel.startswith("q_conv_chain") for c in program.calls)
+    chains = sum(c.kernel.startswith(f"q_{conv_chain.KIND}") for c in program.calls)
     if chains and accelerators:
         plural = "s" if chains > 1 else ""
         notes.append(f"--memory small: {chains} convolution chain{plural} on the CPU "

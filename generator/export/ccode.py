@@ -161,10 +161,7 @@ def over_input_aliases(program: Program, in_place_kernels: dict[str, int],
     input's bytes that both live in the pool and no later call (nor the caller) reads.
     Chains follow: a tensor written over one that was itself written over another maps to
     the first."""
-    last_read: dict[int, int] = {}
-    for step, call in enumerate(program.calls):
-        for tid in call.args[:len(call.args) - call.outputs]:
-            last_read[program.root(tid)] = step
+    last_read = last_reads(program)
     returned = {program.root(t) for t in program.outputs}
     aliases: dict[int, int] = {}
     tensors = program.tensors
@@ -185,13 +182,19 @@ def over_input_aliases(program: Program, in_place_kernels: dict[str, int],
     return aliases
 
 
-def input_regions(program: Program) -> list[Region]:
-    """The model's input buffers as room for activations once their last reader has run
-    (not an input the model also returns)."""
+def last_reads(program: Program) -> dict[int, int]:
+    """Tensor (root) → the last call that reads it."""
     last_read: dict[int, int] = {}
     for step, call in enumerate(program.calls):
         for tid in call.args[:len(call.args) - call.outputs]:
             last_read[program.root(tid)] = step
+    return last_read
+
+
+def input_regions(program: Program) -> list[Region]:
+    """The model's input buffers as room for activations once their last reader has run
+    (not an input the model also returns)."""
+    last_read = last_reads(program)
     returned = {program.root(t) for t in program.outputs}
     return [Region(tid, program.tensors[tid].nbytes, last_read[tid] + 1)
             for tid in program.inputs if tid in last_read and tid not in returned]
@@ -217,10 +220,10 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
         if program.tensors[root].kind == "activation" and root not in in_place:
             in_place[root] = out.c_name
     aliases = over_input_aliases(program, lowered.in_place, set(in_place))
-    intervals = pool_intervals(program, set(in_place), aliases)
-    moved: dict[int, tuple[int, int]] = {}
+    all_intervals = pool_intervals(program, set(in_place), aliases)
+    intervals, moved = all_intervals, {}
     if reuse_inputs:
-        intervals, moved = move_to_regions(intervals, input_regions(program))
+        intervals, moved = move_to_regions(all_intervals, input_regions(program))
     memory_plan = plan(intervals)
     lifetime = lifetime_bound(program)
     pool = f"{prefix}workspace_pool"
@@ -289,8 +292,7 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
         layers=_layers(program, lowered, inputs, in_place, place, const_names, prefix),
         lifetime_bound=lifetime,
         over_inputs=len(aliases),
-        in_input_bytes=lower_bound([i for i in pool_intervals(program, set(in_place), aliases)
-                                    if i.tensor in moved]),
+        in_input_bytes=lower_bound([i for i in all_intervals if i.tensor in moved]),
         reuse_inputs=reuse_inputs,
     )
 

@@ -30,9 +30,12 @@ from generator.export.qkernels import (
     _func,
     in_place_form,
     requantize,
+    tap_range,
+    unfolded_bias,
 )
 
 MAX_CHAIN = 16  # layers in one kernel at most: its code and compile time stay small
+KIND = "conv_chain"  # the kernel's kind: importers name its functions q_conv_chain, ...
 
 
 @dataclass(frozen=True)
@@ -148,15 +151,12 @@ class _Layer:
         self.i = index
         self.layer = layer
         cout = layer.out_shape[3]
-        weights = layer.weights.astype(np.int64)
         self.padded = any(layer.pads)
-        bias = layer.bias.astype(np.int64)
+        bias = layer.bias
         self.zero = 0
         if self.padded:  # as the clipped kernel: Σ (x − zp)·w over in-bounds taps + own bias
             self.zero = int(layer.input_zero)
-            sums = weights.sum(axis=(0, 1)) if layer.depthwise \
-                else weights.reshape(cout, -1).sum(axis=1)
-            bias = bias + self.zero * sums
+            bias = unfolded_bias(layer.weights, bias, self.zero, layer.depthwise)
         self.block = next(b for b in (BLOCK, 2, 1) if cout % b == 0)
         self.w = te.placeholder(layer.weights.shape, "int8", f"w{index}")
         self.b = te.placeholder((cout,), "int32", f"bias{index}")
@@ -199,17 +199,6 @@ class _Layer:
         h0, w0 = var("h0"), var("w0")
         h_lo, h_hi, w_lo, w_hi = var("h_lo"), var("h_hi"), var("w_lo"), var("w_hi")
 
-        def tap_range(origin, dil, size, taps):
-            """[lo, hi): the taps k with 0 <= origin + k·dil < size."""
-            if not self.padded:
-                return c(0), c(taps)
-            if dil > 1:
-                lo = t.max(t.floordiv(-origin + (dil - 1), dil), 0)
-                hi = t.min(t.floordiv(size - origin + (dil - 1), dil), taps)
-            else:
-                lo, hi = t.max(-origin, 0), t.min(size - origin, taps)
-            return lo, t.max(hi, lo)
-
         def x_at(ch):
             value = t.Cast(i32, load(h0 + rh * dh, w0 + rw * dw, ch))
             return value - self.zero if self.zero else value
@@ -238,8 +227,8 @@ class _Layer:
             loop(rh, h_lo, h_hi - h_lo, loop(rw, w_lo, w_hi - w_lo, taps)),
             loop(q, c(0), c(block), store(row, oj, channel, requantize(
                 la.requant, t.BufferLoad(acc, [q]), channel, quant)))])
-        hl, hh = tap_range(h0, dh, h_, kh_)
-        wl, wh = tap_range(w0, dw, w_, kw_)
+        hl, hh = tap_range(h0, dh, h_, kh_, self.padded)
+        wl, wh = tap_range(w0, dw, w_, kw_, self.padded)
         position = t.SeqStmt([
             t.LetStmt(h0, row * sh - top), t.LetStmt(w0, oj * sw - left),
             t.LetStmt(h_lo, hl), t.LetStmt(h_hi, hh), t.LetStmt(w_lo, wl),
@@ -318,7 +307,7 @@ def conv_chain(layers: list[ConvLayer]) -> Kernel:
     out_bufs = [t.decl_buffer(layers[-1].out_shape, "int8", "out_buf")]
     if pooled:
         out_bufs.append(t.decl_buffer((work_size,), "int8", "scratch_buf"))
-    outs = te.extern([b.shape for b in out_bufs], ins, body, name="conv_chain",
+    outs = te.extern([b.shape for b in out_bufs], ins, body, name=KIND,
                      dtype="int8", in_buffers=in_bufs, out_buffers=out_bufs)
     func = _func([*ins, *(outs if isinstance(outs, list) else [outs])])
     return Kernel(func, [c_ for part in parts for c_ in part.constants],

@@ -182,6 +182,29 @@ class _Requantizer:
         return _clamp_int8(scaled + r.zero_point, r.act_min, r.act_max)
 
 
+def unfolded_bias(weights: np.ndarray, bias: np.ndarray, input_zero: int, depthwise: bool,
+                  weight_zero: int = 0) -> np.ndarray:
+    """The file's own bias from one with the input zero point folded in (bias − zp·Σ(w −
+    zw)), for kernels that subtract the zero point per tap, so that padded taps add
+    nothing (TFLite's way). Weights OHWI, or [KH, KW, C] for a depthwise conv."""
+    effective = weights.astype(np.int64) - weight_zero
+    sums = (effective.sum(axis=(0, 1)) if depthwise
+            else effective.reshape(effective.shape[0], -1).sum(axis=1))
+    return bias.astype(np.int64) + int(input_zero) * sums
+
+
+def tap_range(origin, dil: int, size: int, taps: int, padded: bool = True):
+    """[lo, hi) as TIR, hi ≥ lo: the taps k with 0 <= origin + k·dil < size (every tap of an
+    unpadded conv)."""
+    t = tirx
+    if not padded:
+        return t.const(0, "int32"), t.const(taps, "int32")
+    lo = t.max(t.floordiv(-origin + (dil - 1), dil), 0) if dil > 1 else t.max(-origin, 0)
+    hi = t.min(t.floordiv(size - origin + (dil - 1), dil), taps) if dil > 1 \
+        else t.min(size - origin, taps)
+    return lo, t.max(hi, lo)
+
+
 def _func(tensors) -> tirx.PrimFunc:
     return te.create_prim_func(tensors).without_attr("global_symbol")
 
@@ -218,10 +241,7 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
     if padded:
         # As the clipped form: the file's own bias and Σ (x − zp)·w, padding adding 0; so
         # both forms take the same constants and either can run at the same call.
-        effective = weights.astype(np.int64) - weight_zero
-        sums = (effective.sum(axis=(0, 1)) if depthwise
-                else effective.reshape(cout, -1).sum(axis=1))
-        bias = bias.astype(np.int64) + int(input_zero) * sums
+        bias = unfolded_bias(weights, bias, input_zero, depthwise, weight_zero)
 
     def x_at(n, h, wi, c):
         value = x[n, h, wi, c].astype("int32")
@@ -345,16 +365,10 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
     i32 = "int32"
     n_, h_, w_, cin = x_shape
     _, oh_, ow_, cout = out_shape
-    effective = weights.astype(np.int64) - weight_zero
-    if depthwise:
-        kh_, kw_, _ = weights.shape
-        sums = effective.sum(axis=(0, 1))
-    else:
-        _, kh_, kw_, _ = weights.shape
-        sums = effective.reshape(cout, -1).sum(axis=1)
+    kh_, kw_ = weights.shape[:2] if depthwise else weights.shape[1:3]
     padded = any(pads)
     if padded:
-        bias = bias.astype(np.int64) + int(input_zero) * sums
+        bias = unfolded_bias(weights, bias, input_zero, depthwise, weight_zero)
     else:
         input_zero = 0  # already in the folded bias
     block = next(b for b in (BLOCK, 2, 1) if cout % b == 0)
@@ -369,15 +383,6 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
 
     def loop(var, start, extent, body):
         return t.For(var, start, extent, t.ForKind.SERIAL, body)
-
-    def tap_range(origin, dil, size, taps):
-        """[lo, hi): the taps k with 0 <= origin + k·dil < size."""
-        if not padded:
-            return t.const(0, i32), t.const(taps, i32)
-        lo = t.max(t.floordiv(-origin + (dil - 1), dil), 0) if dil > 1 else t.max(-origin, 0)
-        hi = t.min(t.floordiv(size - origin + (dil - 1), dil), taps) if dil > 1 \
-            else t.min(size - origin, taps)
-        return lo, hi
 
     def body(ins, outs):
         xb, wb, bb, *qb = ins
@@ -444,12 +449,12 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
             taps,
             loop(k, zero, t.const(block, i32), store) if block > 1 else store,
         ])
-        hl, hh = tap_range(h0, dh, h_, kh_)
-        wl, wh = tap_range(w0, dw, w_, kw_)
+        hl, hh = tap_range(h0, dh, h_, kh_, padded)
+        wl, wh = tap_range(w0, dw, w_, kw_, padded)
         ranges = [
             t.LetStmt(h0, i * sh - top), t.LetStmt(w0, j * sw - left),
-            t.LetStmt(h_lo, hl), t.LetStmt(h_hi, t.max(hh, hl)),
-            t.LetStmt(w_lo, wl), t.LetStmt(w_hi, t.max(wh, wl)),
+            t.LetStmt(h_lo, hl), t.LetStmt(h_hi, hh),
+            t.LetStmt(w_lo, wl), t.LetStmt(w_hi, wh),
             *tap_sums,
             *([t.LetStmt(x_sum, t.BufferLoad(acc, [zero]))] if tap_sums else [])]
         blocks = cout // block

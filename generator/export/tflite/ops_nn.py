@@ -8,6 +8,7 @@ import numpy as np
 
 from generator.accel.api import QuantizedOp
 from generator.export import qkernels
+from generator.export.conv_chain import KIND as CHAIN_KIND
 from generator.export.conv_chain import (
     MAX_CHAIN,
     ConvLayer,
@@ -186,7 +187,7 @@ def _conv_chain(ctx: Context, op: TfOp, first: ConvLayer) -> bool:
     if not n:
         return False
     kernel = conv_chain(layers[:n])
-    ctx.kernel("conv_chain", kernel, [ctx.value(ctx.need(op, 0))], ctx.out(ops[n - 1]))
+    ctx.kernel(CHAIN_KIND, kernel, [ctx.value(ctx.need(op, 0))], ctx.out(ops[n - 1]))
     ctx.fused(op, *ops[1:n])
     return True
 
