@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from generator.device.direct_clients import HandoverDevice
 from generator.device.instructions import InstructionCounter, qmp_args
 from generator.device.runner import Device, SocketDevice, free_tcp_port
 from generator.errors import BoardError, DeviceError, ToolchainError
@@ -84,8 +85,7 @@ class HostProcess(Link):
 
     def open(self, board, elf, serial_number=None):
         require_built(elf)
-        return Device([str(elf)], f"firmware process {elf.name}",
-                      stops_at_end_of_input=self.stops_at_end_of_input)
+        return HandoverDevice([str(elf)], f"firmware process {elf.name}")
 
 
 class Qemu(Link):

@@ -50,7 +50,7 @@ class Device:
     """A running firmware with a byte-stream link. Use as a context manager."""
 
     def __init__(self, argv: list[str], description: str, env: dict | None = None,
-                 stops_at_end_of_input: bool = True) -> None:
+                 stops_at_end_of_input: bool = True, pass_fds: tuple[int, ...] = ()) -> None:
         self.argv = argv
         self.description = description
         # A firmware process exits when its stdin ends; QEMU does not (the UART cannot tell).
@@ -58,7 +58,7 @@ class Device:
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, env=env,
-                                         **child_dies_with_parent())
+                                         pass_fds=pass_fds, **child_dies_with_parent())
         except OSError as exc:
             raise ToolchainError(f"cannot start {argv[0]}: {exc.strerror}") from exc
         # Drain stderr while the device runs: a chatty device (sanitizer reports,
@@ -88,6 +88,11 @@ class Device:
         except (BrokenPipeError, OSError) as exc:
             raise DeviceError(f"{self.description} stopped accepting input"
                               f"{self._exit_text()}") from exc
+
+    def fileno(self) -> int:
+        """The descriptor `read` reads (for select)."""
+        assert self.proc.stdout is not None
+        return self.proc.stdout.fileno()
 
     def read(self, timeout: float) -> bytes:
         """Bytes available within timeout seconds; b'' on timeout; DeviceError at end."""

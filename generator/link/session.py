@@ -268,6 +268,11 @@ class Session:
 
     # ---- receiving ------------------------------------------------------------------------
 
+    def pump_logs(self) -> None:
+        """Read what the device sent between requests: Log messages go to on_log (nothing
+        else is expected then); a reboot raises DeviceReset, a closed link DeviceError."""
+        self._pump(0.0)
+
     def _pump(self, timeout: float) -> list[tuple[int, int, bytes]]:
         """Messages that arrived within timeout; Log goes to on_log; a reboot raises."""
         data = self.link.read(max(0.0, min(timeout, PUMP_SLICE)))

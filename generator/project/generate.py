@@ -267,7 +267,8 @@ def _render_files(archive: MlfArchive, files: ArchiveFiles, module: ModuleInfo, 
         compile_definitions.update(profile_definitions(module, profile_points))
     pool = rpc_pool_bytes(board)
     if host_driven:
-        compile_definitions = {"MTVG_LINK_MAX_PAYLOAD": host_driven_payload(board),
+        compile_definitions = {"MTVG_HOST_DRIVEN": 1,
+                               "MTVG_LINK_MAX_PAYLOAD": host_driven_payload(board),
                         "MTVG_RPC_POOL_BYTES": pool, "MTVG_RPC_WORKSPACE_BYTES": arena}
     # MLF v8: <mod>_lib0.c is TVM 0.27's kernel code, built against TVM's own headers; the
     # other sources are ours (run function, weights, packed entries), built with the runtime.

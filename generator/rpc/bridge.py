@@ -13,6 +13,11 @@ also answers `tvm.rpc.server.upload` and `tvm.rpc.server.load_module` itself: lo
 restarts the device from the uploaded firmware and answers with the new device's system
 library, so the client's module is the new firmware's functions.
 
+On the host board the bridge steps aside: after the handshake the client's socket goes to
+the firmware process, which answers the client itself until the session ends
+(generator/device/direct_clients.py); a device that ends meanwhile is started again and
+the same client goes on through the bridge, its old handles stale.
+
 Connections are admitted by a thread of their own each: only a connection that completes
 the TVM RPC handshake becomes a session, and a client silent for `idle_timeout` seconds
 loses its session. The device is only ever driven from the thread that calls `serve`.
@@ -29,6 +34,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from generator.device import direct_clients
+from generator.device.direct_clients import HandoverDevice
 from generator.errors import DeviceError
 from generator.link.session import DeviceReset, Link, LinkTimeout, Session, SessionTimeouts
 from generator.rpc import firmware, packets
@@ -108,6 +115,30 @@ class DeviceLink:
             self.link.close(hung)
         self.link = None
         self.session = None
+
+    def pump_logs(self) -> None:
+        if self.session is not None:
+            self.session.pump_logs()
+
+    def ended(self, hung: bool = False) -> DeviceError:
+        """The error of a device found ended outside a request of ours (its link closed),
+        or stopped by serve as `hung`, as a request would have raised it; the device will
+        be started again."""
+        if hung:
+            description = self.link.description if self.link is not None else "the device"
+            error: DeviceError = LinkTimeout(f"{description} did not answer within "
+                                             f"{self.timeouts.reply:g} s")
+        else:
+            error = DeviceError("the device ended")
+            deadline = time.monotonic() + POLL
+            try:
+                while self.link is not None and time.monotonic() < deadline:
+                    self.link.read(POLL)  # what it wrote before it ended, then its end
+            except DeviceError as exc:
+                error = exc
+        self._event(f"{error.one_line()}; the device will be started again")
+        self.close(hung=True)
+        return error
 
     def _event(self, text: str) -> None:
         if self.on_event is not None:
@@ -347,6 +378,8 @@ class Bridge:
         except DeviceError as exc:
             self._event(exc.one_line())
         inbox = Inbox(conn)
+        if self._takes_clients() and not self._serve_directly(conn, peer, inbox):
+            return
         while True:
             started = time.monotonic()
             try:
@@ -375,6 +408,43 @@ class Bridge:
                 return
             local = self._local(packet, code)
             conn.sendall(local if local is not None else self._forward(packet))
+
+    def _takes_clients(self) -> bool:
+        link = self.device.link
+        return (self.firmware_slot is None and isinstance(link, HandoverDevice)
+                and self.device.session is not None and link.takes_clients())
+
+    def _serve_directly(self, conn: socket.socket, peer: str, inbox: Inbox) -> bool:
+        """Let the firmware process answer the client itself (no bridge per call). True
+        when the client goes on through the bridge: its device ended during the session."""
+        link = self.device.link
+        assert isinstance(link, HandoverDevice)
+        try:
+            end = direct_clients.serve_client(link, conn, self.idle_timeout,
+                                              self.device.timeouts.reply, inbox.take,
+                                              self.device.pump_logs)
+        except ClientGone:  # gone while serve read the rest of its last request
+            self.device.ended()
+            return False
+        if end.reason == direct_clients.DEVICE_ENDED:
+            # Between packets the client's next request finds the device ended, as bridged.
+            if end.broken or end.owed or end.hung:
+                error = self.device.ended(hung=end.hung)
+            if end.broken:
+                self._event(f"client {peer}: the device ended while answering; closing")
+                return False
+            if end.owed:
+                conn.sendall(packets.exception_packet(error.one_line()))
+            return True
+        if end.reason == direct_clients.END_IDLE:
+            self._event(f"client {peer} sent nothing for {self.idle_timeout:.0f} s "
+                        f"(--idle-timeout {self.idle_timeout:g}); ending its session")
+        elif end.reason == direct_clients.END_NOT_RPC:
+            self._event(f"client {peer} sent a packet length that is not TVM RPC; closing")
+        elif end.reason == direct_clients.END_REFUSED:
+            self._event(f"the device refused client {peer}'s socket; closing")
+        self._reset_device_state()
+        return False
 
     def _forward(self, packet: bytes) -> bytes:
         try:
@@ -428,17 +498,15 @@ class Bridge:
 
     def _local(self, packet: bytes, code: int) -> bytes | None:
         """The reply to a request the bridge answers itself, or None to forward it."""
+        if self.firmware_slot is None:  # the device refuses upload and load_module itself
+            return None
         if code == packets.GET_GLOBAL_FUNC:
             name = firmware.global_name(packet)
             if name is None:
                 return None
-            if self.firmware_slot is None:
-                return packets.exception_packet(
-                    f"{name}: this device does not take new firmware (start 'microtvm-gen "
-                    "serve' with --accept-firmware)")
             handle = packets.Handle(firmware.LOCAL_HANDLES[name])
             return packets.packet(packets.RETURN, packets.encode_args(handle))
-        if self.firmware_slot is None or code not in (packets.CALL_FUNC, packets.FREE_HANDLE):
+        if code not in (packets.CALL_FUNC, packets.FREE_HANDLE):
             return None
         start = packets.PREFIX.size + 4
         try:

@@ -908,6 +908,17 @@ static size_t handle_get_global(writer_t* w, uint32_t n) {
       return reply_ptr(w, globals[i].handle);
     }
   }
+  /* The functions `serve --accept-firmware` answers in the bridge: say how to get them. */
+  static const char* const firmware_globals[] = {"tvm.rpc.server.upload",
+                                                 "tvm.rpc.server.load_module"};
+  for (size_t i = 0; i < sizeof(firmware_globals) / sizeof(firmware_globals[0]); i++) {
+    if (string_equals(&call_args[0], firmware_globals[i])) {
+      msg_start(firmware_globals[i]);
+      msg_text(": this device does not take new firmware (start 'microtvm-gen serve' with "
+               "--accept-firmware)");
+      return reply_exception(w);
+    }
+  }
   return reply_ptr(w, 0);
 }
 
@@ -1107,6 +1118,16 @@ static const char* code_name(int32_t code) {
     case RPC_DEV_FREE_DATA: return "DevFreeData";
     default: return "request";
   }
+}
+
+size_t mtvg_rpc_refuse_packet(uint64_t nbytes, uint8_t* reply, size_t cap, size_t max_packet) {
+  writer_t w = {.p = reply, .cap = cap, .used = 0, .overflow = 0};
+  msg_start("packet of ");
+  msg_uint(nbytes);
+  msg_text(" bytes does not fit the device link (");
+  msg_uint(max_packet);
+  msg_text(" bytes at most); tensor copies are split to fit, calls must be smaller");
+  return reply_exception(&w);
 }
 
 size_t mtvg_rpc_handle(const uint8_t* packet, size_t n, uint8_t* reply, size_t cap,

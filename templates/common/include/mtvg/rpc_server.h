@@ -85,6 +85,14 @@ void mtvg_rpc_reset(void);
 size_t mtvg_rpc_handle(const uint8_t* packet, size_t n, uint8_t* reply, size_t cap,
                        size_t max_packet);
 
+/*!
+ * \brief The reply to a packet too large to hold: an exception naming its size and the
+ * link's limit. The caller has read (and dropped) the packet's bytes.
+ * \param nbytes bytes of the refused packet, u64 prefix included
+ * \return bytes of the reply (an exception packet)
+ */
+size_t mtvg_rpc_refuse_packet(uint64_t nbytes, uint8_t* reply, size_t cap, size_t max_packet);
+
 /*! \brief Bytes of the tensor pool in use now. */
 size_t mtvg_rpc_pool_used(void);
 
