@@ -20,6 +20,10 @@
 #include "mtvg/rpc_server.h"
 #include "mtvg/session.h"
 
+#ifndef MSG_NOSIGNAL /* macOS: SO_NOSIGPIPE on the socket instead */
+#define MSG_NOSIGNAL 0
+#endif
+
 #define PREFIX_BYTES 8u
 #define DRAIN_CHUNK 4096u
 #define RPC_SHUTDOWN 1
@@ -231,6 +235,11 @@ int mtvg_posix_serve_direct(int pair) {
       state_file.st_size >= (off_t)DIRECT_STATE_BYTES) {
     void* shared = mmap(NULL, DIRECT_STATE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
     if (shared != MAP_FAILED) {
+#ifdef SO_NOSIGPIPE
+      int on = 1;
+      (void)setsockopt(fds[0], SOL_SOCKET, SO_NOSIGPIPE, &on, sizeof(on));
+      (void)setsockopt(pair, SOL_SOCKET, SO_NOSIGPIPE, &on, sizeof(on));
+#endif
       volatile direct_state_t* st = (volatile direct_state_t*)shared;
       int idle = idle_ms > (uint32_t)0x7fffffff ? 0x7fffffff : (int)idle_ms;
       int end;
