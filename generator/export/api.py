@@ -283,7 +283,9 @@ def _metadata(module: str, lowered, code: ccode.AotCode, origin: str,
                     "operators": "plain C functions: void f(T0* arg0, ...), inputs then "
                                  "outputs, no return value",
                     "alignment": 16,
-                    "needs": [],
+                    "needs": (["TVMAPISetLastError", "TVMBackendAllocWorkspace",
+                               "TVMBackendFreeWorkspace", "mtvg_workspace_failures"]
+                              if lowered.workspaces else []),
                 },
                 "inputs": [_tensor_meta(t) for t in code.inputs],
                 "outputs": [_tensor_meta(t) for t in code.outputs],
@@ -311,8 +313,9 @@ def _metadata(module: str, lowered, code: ccode.AotCode, origin: str,
                 "memory": {"functions": {
                     "main": [main_usage],
                     "operator_functions": [{"function_name": f"tvmgen_{module}_{k}",
-                                            "workspace": [{"device": 1,
-                                                           "workspace_size_bytes": 0}]}
+                                            "workspace": [{
+                                                "device": 1, "workspace_size_bytes":
+                                                lowered.workspaces.get(k, 0)}]}
                                            for k in kernels],
                 }},
             },

@@ -32,6 +32,7 @@ from generator.mlf.model import (
 )
 from generator.mlf.schema import check_tensor_name
 
+RUN_FAILED = abi.constant("MTVG_FAILED")
 ACCEL_RUN_FAILED = abi.constant("MTVG_ACCEL_RUN_FAILED")  # the generated code has no mtvg/ headers
 
 
@@ -267,12 +268,16 @@ def generate(lowered: Lowered, module: str, input_names: list[str],
                               f"{len(call.args)} arguments in the model")
         args = ", ".join(f"({ty}){where(t)}" for ty, t in zip(types, call.args, strict=True))
         lines.append(f"  {prefix}{call.kernel}({args});")
+        if call.kernel in lowered.workspaces:  # TVM's C returns early when an alloc fails
+            lines.append(f"  if (mtvg_workspace_failures() != failures) return {RUN_FAILED};")
         lines.append(f"  {mark}({step + 1});")
         if call.kernel in lowered.accel_kernels:
             lines.append(f"  if (mtvg_accel_failed()) return {ACCEL_RUN_FAILED}; "
                          f"/* {lowered.accel_kernels[call.kernel]} */")
     if lowered.accel_kernels:
         lines.insert(0, "  mtvg_accel_clear();")
+    if lowered.workspaces:
+        lines.insert(0, "  const uint32_t failures = mtvg_workspace_failures();")
     copied = []
     for tid, out in zip(program.outputs, outputs, strict=True):
         if in_place.get(program.root(tid)) != out.c_name:
@@ -371,6 +376,9 @@ def _run_source(module: str, lowered: Lowered, program: Program, memory_plan: Pl
            f'#include "tvmgen_{module}.h"', ""]
     kernels = sorted({c.kernel for c in program.calls})
     out += [f"void {prefix}{k}({lowered.prototypes[k]});" for k in kernels]
+    if lowered.workspaces:
+        out += ["", "/* Kernels with local buffers take them from the runtime's workspace "
+                "arena (mtvg/runtime.h). */", "uint32_t mtvg_workspace_failures(void);"]
     if lowered.accel_kernels:
         out += ["", "/* Accelerator drivers report failures here (mtvg/accel.h). */",
                 "int32_t mtvg_accel_failed(void);", "void mtvg_accel_clear(void);"]

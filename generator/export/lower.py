@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from generator import abi
 from generator.accel.dispatch import OffloadReport, Selected, merge_identical_kernels, offload
 from generator.accel.tir import ACCELERATOR_ATTR
 from generator.errors import ExportError
@@ -92,6 +93,9 @@ class Lowered:
     # kernel → bit mask of the inputs its output may overwrite (qkernels.IN_PLACE_ATTR; not
     # for kernels an accelerator or a tuning record replaced)
     in_place: dict[str, int] = field(default_factory=dict)
+    # kernel → bytes of the runtime's workspace arena it allocates (TVMBackendAllocWorkspace:
+    # tuned kernels with local buffers; the project reserves the largest)
+    workspaces: dict[str, int] = field(default_factory=dict)
 
 
 def relax_pipeline():
@@ -158,8 +162,9 @@ def lower(mod, module_name: str = "default", accelerators: list[Selected] | None
     in_place = {name: int(func.attrs[qkernels.IN_PLACE_ATTR]) for name, func in kernels.items()
                 if name not in replaced and func.attrs is not None
                 and qkernels.IN_PLACE_ATTR in func.attrs}
+    workspaces = kernel_workspaces(kernel_definitions(c_source, prefix))
     return Lowered(program, c_source, prototypes, relax_text, quant, accel_kernels,
-                   offload_report, tuned_kernels, tuning_notes, macs, in_place)
+                   offload_report, tuned_kernels, tuning_notes, macs, in_place, workspaces)
 
 
 def fuse(mod, accelerators: list[Selected] | None = None) \
@@ -263,6 +268,38 @@ def kernel_definitions(c_source: str, prefix: str) -> dict[str, str]:
     defined in `c_source`."""
     return {m.group(1)[len(prefix):]: m.group(0) for m in _DEFINITION_RE.finditer(c_source)
             if m.group(1).startswith(prefix)}
+
+
+_WORKSPACE_CALL = "TVMBackendAllocWorkspace("
+_WORKSPACE_SIZE_RE = re.compile(
+    r"TVMBackendAllocWorkspace\(\s*1\s*,\s*0\s*,\s*\(uint64_t\)(\d+)U?L*\s*,")
+
+
+def workspace_requests(definition: str) -> list[int] | None:
+    """The sizes of the TVMBackendAllocWorkspace calls in a kernel's C definition, in
+    order; None when one of them is not a constant (static shapes make them constants)."""
+    sizes = [int(n) for n in _WORKSPACE_SIZE_RE.findall(definition)]
+    return sizes if len(sizes) == definition.count(_WORKSPACE_CALL) else None
+
+
+def workspace_bytes(sizes: list[int]) -> int:
+    """What the runtime's arena gives `sizes` at most: each block rounded up to
+    MTVG_WORKSPACE_ALIGN (a kernel frees its blocks before it returns)."""
+    align = abi.constant("MTVG_WORKSPACE_ALIGN")
+    return sum(-(-n // align) * align for n in sizes)
+
+
+def kernel_workspaces(definitions: dict[str, str]) -> dict[str, int]:
+    """Kernel → arena bytes it allocates, for the kernels whose C allocates workspace."""
+    out = {}
+    for name, definition in definitions.items():
+        sizes = workspace_requests(definition)
+        if sizes is None:
+            raise ExportError(f"kernel {name}: a workspace allocation of a size that is not "
+                              "a constant; kernels need static shapes")
+        if sizes:
+            out[name] = workspace_bytes(sizes)
+    return out
 
 
 def kernel_scratch_bytes(c_source: str) -> int:

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from generator import __version__, abi
+from generator import __version__
 from generator.cdata import c_string_literal
 from generator.errors import ExportError
 from generator.export.api import TARGET, with_c_input_names
@@ -25,6 +25,8 @@ from generator.export.lower import (
     fuse,
     kernel_prototypes,
     last_line,
+    workspace_bytes,
+    workspace_requests,
 )
 from generator.export.mlf_writer import (
     MLF_VERSION,
@@ -38,8 +40,6 @@ from generator.mlf.dtypes import ShapedTensor
 STYLE = "operator"
 ENTRY_SIGNATURE = ("int f(TVMValue* args, int* type_codes, int num_args, "
                    "TVMValue* out_ret_value, int* out_ret_tcode, void* resource_handle)")
-# What one workspace block costs at most extra.
-WORKSPACE_ALIGN = abi.constant("MTVG_WORKSPACE_ALIGN")
 _MAX_OPERATORS = 0xFFFF  # the registry's count is a u16
 
 # dtype → (DLDataTypeCode name, bits, the C element type TVM 0.27's C codegen writes).
@@ -352,7 +352,6 @@ def _compile(funcs: dict, prefix: str, shrink: bool) -> tuple[str, str]:
 
 
 _PARAM_RE = re.compile(r"\s*(\w+)\s*\*\s*\w+\s*")
-_ALLOC_RE = re.compile(r"TVMBackendAllocWorkspace\(\s*1\s*,\s*0\s*,\s*\(uint64_t\)(\d+)U?L*\s*,")
 
 
 def _attach_c(ops: list[Operator], c_source: str) -> None:
@@ -374,14 +373,12 @@ def _attach_c(ops: list[Operator], c_source: str) -> None:
             raise ExportError(f"{op.symbol}: TVM's C parameters ({', '.join(types)}) do not "
                               f"match the buffers ({', '.join(want)})")
         op.c_types = types
-        body = _function_body(c_source, op.symbol)
-        sizes = [int(s) for s in _ALLOC_RE.findall(body)]
-        calls = body.count("TVMBackendAllocWorkspace(")
-        if len(sizes) != calls:
+        sizes = workspace_requests(_function_body(c_source, op.symbol))
+        if sizes is None:
             raise ExportError(f"{op.symbol}: a workspace allocation of a size that is not a "
                               "constant; operators need static shapes")
-        op.workspace_calls = calls
-        op.workspace_bytes = sum(-(-s // WORKSPACE_ALIGN) * WORKSPACE_ALIGN for s in sizes)
+        op.workspace_calls = len(sizes)
+        op.workspace_bytes = workspace_bytes(sizes)
 
 
 def _function_body(c_source: str, symbol: str) -> str:

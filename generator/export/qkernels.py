@@ -283,7 +283,8 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
 
 
 # The most bytes an in-place kernel stages (a C array on the stack): TVM's C codegen puts
-# larger local arrays in TVMBackendAllocWorkspace, which full-model archives do not have.
+# larger local arrays in TVMBackendAllocWorkspace, an arena the project would reserve on
+# top of the pool the in-place kernel saves.
 MAX_STAGED_BYTES = 1024
 MAX_POOLED_SHARE = 4  # a pooled staging buffer is at most 1/4 of the output it stages
 

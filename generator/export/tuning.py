@@ -6,12 +6,14 @@ and carries the MetaSchedule trace. A kernel of the model gets a record when its
 a record's workload and the record was faster than the untuned kernel timed next to it in
 the same firmware; the trace is replayed on it, and the result must hash to the record's
 candidate — the very kernel that was checked against the untuned one on the device and
-timed there. Anything else (a trace TVM refuses, a different result, a kernel whose C needs
-a runtime workspace, which full-model archives do not have) leaves that record out, with a
-note; the next-fastest record of the workload is tried, then the untuned schedule.
+timed there. Anything else (a trace TVM refuses, a different result, a kernel that does
+not compile) leaves that record out, with a note; the next-fastest record of the workload is
+tried, then the untuned schedule. A tuned kernel may allocate workspace (a schedule's local
+buffers: TVMBackendAllocWorkspace of constant sizes); the archive says how much per kernel
+and the project reserves the largest (`Lowered.workspaces`).
 
 Each kernel is compiled once: the chosen candidates are compiled with the rest of the model,
-and only a candidate that then fails (or needs a workspace) makes the next one be tried.
+and only a candidate that then fails makes the next one be tried.
 The records file (its format: generator/tune/records.py) is input: it only ever reaches
 generated code through TVM's scheduling primitives and C codegen, and only as a candidate it
 hashes to.
@@ -24,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from generator.errors import ExportError
+from generator.export.lower import workspace_requests
 from generator.tune.records import MAX_RECORDS_BYTES, Record, read_records, replay
 
 __all__ = ["MAX_RECORDS_BYTES", "TunedKernel", "TuningRecords"]
-WORKSPACE_CALL = "TVMBackendAllocWorkspace("
 # How `apply` compiles kernels: (name → PrimFunc, the names compiled as scheduled) →
 # (the C source, name → the C definition of that kernel).
 Compile = Callable[[dict, set], tuple[str, dict[str, str]]]
@@ -131,8 +133,8 @@ def _left_out(candidate: str, kernel: str, problem: str) -> str:
 def _compile_chosen(kernels: dict, chosen: dict, compile_kernels: Compile) \
         -> tuple[str, dict[str, str]]:
     """The C source of `kernels` with the chosen candidates, and what is wrong with chosen
-    ones (name → why): a kernel that needs a runtime workspace, which full-model archives do
-    not have, or (when the whole does not compile) one that does not compile alone."""
+    ones (name → why): a workspace of a size that is not a constant, or (when the whole does
+    not compile) a kernel that does not compile alone."""
     scheduled = {name: func for name, (func, _) in chosen.items()}
     try:
         source, definitions = compile_kernels({**kernels, **scheduled}, set(scheduled))
@@ -153,9 +155,8 @@ def _compile_chosen(kernels: dict, chosen: dict, compile_kernels: Compile) \
     else:
         problems = {}
     for name in scheduled:
-        if name not in problems and WORKSPACE_CALL in definitions[name]:
-            problems[name] = ("its kernel needs a runtime workspace, which full-model "
-                              "archives do not have")
+        if name not in problems and workspace_requests(definitions[name]) is None:
+            problems[name] = "its kernel allocates a workspace of a size that is not a constant"
     return source, problems
 
 

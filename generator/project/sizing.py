@@ -41,14 +41,16 @@ def arena_bytes_for(module: ModuleInfo) -> int:
     """Bytes to reserve for TVMBackendAllocWorkspace.
 
     TVM's workspace size plus one alignment pad per allocation site: the number of
-    simultaneously live blocks never exceeds the number of call sites. For AOT that size
-    is main's workspace_size_bytes; the graph executor runs one operator at a time, each
-    freeing what it took, so it is the largest operator's workspace.
+    simultaneously live blocks never exceeds the number of call sites. For TVM's AOT that
+    size is main's workspace_size_bytes; the graph executor and our AOT (MLF v8, whose
+    main's figure is its activation pool) run one operator at a time, each freeing what it
+    took, so it is the largest operator's workspace.
     """
     if module.workspace_call_sites == 0:
         return 0
     size = module.workspace_size_bytes
-    if module.executor == "graph" and module.operator_workspace_bytes is not None:
+    if (module.executor == "graph" or module.abi is not None) \
+            and module.operator_workspace_bytes is not None:
         size = module.operator_workspace_bytes
     return size + module.workspace_call_sites * WORKSPACE_ALIGN
 

@@ -85,16 +85,6 @@ def build_batch(task: Task, mods: list, board: str, work_dir: Path, log: TuneLog
             if name != REFERENCE:
                 result.errors[index_of[name]] = f"build failed: {exc.one_line()}"
         return result
-    for op in exported.operators:
-        if op.workspace_calls and op.name != REFERENCE:
-            # export --tuning-records could not use it: full-model archives have no workspace
-            result.errors[index_of[op.name]] = ("needs a runtime workspace "
-                                                "(TVMBackendAllocWorkspace), which full-model "
-                                                "archives do not have")
-            del result.names[op.name]
-    if not result.names:
-        shutil.rmtree(batch_dir)
-        return result
     outputs = {op.name: op.outputs or 1 for op in exported.operators}
     (batch_dir / BATCH_FILE).write_text(json.dumps(
         {"task": task.name, "batch": number, "candidates": result.names,
