@@ -36,6 +36,7 @@ tvm = pytest.importorskip("tvm")
 # What the stock client raises when the server has closed the connection.
 CLOSED = (tvm.error.RPCError, tvm.error.InternalError)
 EXIT_TIMEOUT = 30.0
+STOP_SECONDS = 3.0  # a stop signal to serve, until it has exited with its device stopped
 
 
 @pytest.fixture(scope="module", params=BOARDS)
@@ -158,9 +159,11 @@ def test_a_stop_signal_stops_the_device(serve, project, signum):
     s = serve()
     device = s.device_pid()
     remote = tvm.rpc.connect("127.0.0.1", s.port)
-    vadd_works(remote)
+    vadd_works(remote)  # the client stays in session (on the host: the firmware serves it)
+    start = time.monotonic()
     s.proc.send_signal(signum)
     assert s.wait() == 128 + signum
+    assert time.monotonic() - start < STOP_SECONDS
     assert gone_within(device, 5.0), f"device process {device} outlived serve"
     assert f"stopped by {signal.Signals(signum).name}" in s.stderr()
     with pytest.raises(CLOSED):

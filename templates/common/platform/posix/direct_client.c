@@ -60,15 +60,18 @@ int mtvg_posix_direct_fd(void) {
   return send((int)fd, &hello, 1, MSG_NOSIGNAL) == 1 ? (int)fd : -1;
 }
 
-/* Wait until `fd` has bytes; 0, or the end reason (idle timeout, failure). */
+/* Wait until `fd` has bytes; 0, or the end reason (idle timeout, failure). Serve writes
+ * nothing on the link during a session: input there means it is closing the link (it is
+ * stopping), and the session ends so that this process sees its input end at once. */
 static int wait_readable(int fd, int idle_ms) {
   for (;;) {
-    struct pollfd p = {.fd = fd, .events = POLLIN, .revents = 0};
-    int ready = poll(&p, 1, idle_ms > 0 ? idle_ms : -1);
+    struct pollfd p[2] = {{.fd = fd, .events = POLLIN, .revents = 0},
+                          {.fd = STDIN_FILENO, .events = POLLIN, .revents = 0}};
+    int ready = poll(p, 2, idle_ms > 0 ? idle_ms : -1);
     if (ready < 0 && errno == EINTR) {
       continue;
     }
-    if (ready < 0) {
+    if (ready < 0 || p[1].revents != 0) {
       return DIRECT_END_CLOSED;
     }
     return ready == 0 ? DIRECT_END_IDLE : 0;
