@@ -37,7 +37,7 @@ esac
 common="$root/templates/common"
 graph_sources=("$common/src/graph.c" "$common/src/graph_params.c" "$common/src/workspace.c")
 rpc_sources=("$common/src/rpc_server.c" "$common/src/workspace.c"
-             "$common/platform/posix/platform.c")
+             "$common/platform/posix/platform.c" "$common/platform/posix/direct_client.c")
 rpc_flags=(-DMTVG_RPC_POOL_BYTES=4096u -DMTVG_RPC_MAX_ALLOCS=8u -DMTVG_RPC_MAX_ARGS=12u
            -DMTVG_RPC_MAX_NDIM=4u -DMTVG_RPC_MAX_TIMERS=2u -DMTVG_RPC_MAX_REPEAT=8u
            -DMTVG_RPC_MAX_NUMBER=4096u -DMTVG_RPC_STRING_BYTES=64u

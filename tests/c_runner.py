@@ -12,7 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from generator.export.api import ExportResult
+from generator.mlf import read_mlf
 from generator.project.generate import TVM_CODE_CFLAGS, tvm_include_dirs
+from generator.project.sizing import arena_bytes_for
+
+RUNTIME = Path(__file__).resolve().parent.parent / "templates" / "common"
 
 
 class CModel:
@@ -25,19 +29,29 @@ class CModel:
         code = src / "codegen" / "host"
         kernels = code / "src" / f"{result.module}_lib0.c"
         ours = sorted(set((code / "src").glob("*.c")) - {kernels})
+        # Kernels with local buffers take them from our runtime's workspace arena.
+        arena = arena_bytes_for(read_mlf(result.path).modules[0])
+        runtime = [RUNTIME / "src" / "workspace.c"] if arena else []
         lib = workdir / f"lib{result.module}.so"
         objects = []
         # As in the firmware: TVM's kernels quietly with TVM's headers, our C strictly.
         for source, flags in [(kernels, [*TVM_CODE_CFLAGS,
                                          *(f"-I{d}" for d in tvm_include_dirs())]),
                               *((s, ["-std=c99", "-Wall", "-Wextra", "-Werror",
-                                     f"-I{code / 'include'}"]) for s in ours)]:
+                                     f"-I{code / 'include'}", f"-I{RUNTIME / 'include'}"])
+                                for s in [*ours, *runtime])]:
             obj = workdir / (source.stem + ".o")
             subprocess.run(["gcc", "-c", "-fPIC", "-O2", *flags, str(source), "-o", str(obj)],
                            check=True)
             objects.append(str(obj))
-        subprocess.run(["gcc", "-shared", *objects, "-o", str(lib), "-lm"], check=True)
+        # -Bsymbolic: the runtime's own allocator, not TVM's (the Python process has both).
+        subprocess.run(["gcc", "-shared", "-Wl,-Bsymbolic", *objects, "-o", str(lib), "-lm"],
+                       check=True)
         self.dll = ctypes.CDLL(str(lib))
+        if arena:
+            self.arena = np.zeros(arena + 16, np.uint8)  # kept alive with the model
+            self.dll.mtvg_workspace_init(ctypes.c_void_p(self.arena.ctypes.data),
+                                         ctypes.c_size_t(self.arena.size))
         self.run_fn = getattr(self.dll, f"tvmgen_{result.module}_run")
         self.result = result
 
