@@ -509,6 +509,7 @@ MEASURED: dict[str, float] = {
     "test_accelerators.py::test_vanilla_then_cmsis_nn_in_one_export": 14,
     "test_resnet_int8.py::test_resnet_int8_is_integer_and_bit_exact_on_the_host": 13,
     "test_tuning_records.py::test_records_are_applied_and_the_archive_says_which": 11,
+    "test_tuning_records.py::test_a_tuned_kernel_with_local_buffers_runs_in_the_arena": 10,
     "test_tune.py::test_tune_measures_checks_and_resumes": 10,
     "test_accelerators.py::test_export_for_a_dsp_board_defaults_to_cmsis_nn": 10,
     "test_host_driven.py::test_stock_client_calls_three_operators": 9,
