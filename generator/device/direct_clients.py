@@ -104,7 +104,8 @@ def serve_client(device: HandoverDevice, conn: socket.socket, idle_timeout: floa
             return DirectEnd(DEVICE_ENDED)
         watch = _Watch(state.fileno(), reply_timeout)
         link = device.fileno()
-        while True:
+        hung = False
+        while not hung:
             ready, _, _ = select.select([device.pair, link], [], [], POLL)
             if device.pair in ready:
                 why = device.pair.recv(1)
@@ -116,14 +117,12 @@ def serve_client(device: HandoverDevice, conn: socket.socket, idle_timeout: floa
                     pump_logs()
                 except DeviceError:
                     break
-            if watch.hung():
-                device.close(hung=True)
-                state.seek(0)
-                end = _where_it_stopped(state.read(STATE_BYTES), take)
-                end.hung = True
-                return end
-        state.seek(0)
-        return _where_it_stopped(state.read(STATE_BYTES), take)
+            hung = watch.hung()
+        if hung:
+            device.close(hung=True)
+        end = _where_it_stopped(os.pread(state.fileno(), STATE_BYTES, 0), take)
+        end.hung = hung
+        return end
 
 
 class _Watch:

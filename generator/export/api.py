@@ -11,7 +11,14 @@ from generator.accel.dispatch import OffloadReport, Selected
 from generator.cnames import c_identifiers
 from generator.errors import ExportError, MlfError
 from generator.export import ccode, conv_chain, frontend, qkernels
-from generator.export.lower import Lowered, fuse, kernel_scratch_bytes, lower, read_program
+from generator.export.lower import (
+    WORKSPACE_SYMBOLS,
+    Lowered,
+    fuse,
+    kernel_scratch_bytes,
+    lower,
+    read_program,
+)
 from generator.export.mlf_writer import (
     ABI_NAME,
     MLF_VERSION,
@@ -283,8 +290,7 @@ def _metadata(module: str, lowered, code: ccode.AotCode, origin: str,
                     "operators": "plain C functions: void f(T0* arg0, ...), inputs then "
                                  "outputs, no return value",
                     "alignment": 16,
-                    "needs": (["TVMAPISetLastError", "TVMBackendAllocWorkspace",
-                               "TVMBackendFreeWorkspace", "mtvg_workspace_failures"]
+                    "needs": (["TVMAPISetLastError", *WORKSPACE_SYMBOLS]
                               if lowered.workspaces else []),
                 },
                 "inputs": [_tensor_meta(t) for t in code.inputs],

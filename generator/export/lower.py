@@ -270,6 +270,9 @@ def kernel_definitions(c_source: str, prefix: str) -> dict[str, str]:
             if m.group(1).startswith(prefix)}
 
 
+# What code that allocates workspace needs from the runtime (an archive's `abi.needs`).
+WORKSPACE_SYMBOLS = ("TVMBackendAllocWorkspace", "TVMBackendFreeWorkspace",
+                     "mtvg_workspace_failures")
 _WORKSPACE_CALL = "TVMBackendAllocWorkspace("
 _WORKSPACE_SIZE_RE = re.compile(
     r"TVMBackendAllocWorkspace\(\s*1\s*,\s*0\s*,\s*\(uint64_t\)(\d+)U?L*\s*,")
@@ -311,8 +314,7 @@ def kernel_scratch_bytes(c_source: str) -> int:
     for body in re.split(r"\nTVM_DLL void ", c_source)[1:]:
         total = sum(sizes.get(t, 8) * int(n)
                     for t, n in re.findall(r"^\s+(\w+) \w+\[(\d+)\];", body, re.M))
-        total += sum(int(n) for n in re.findall(r"TVMBackendAllocWorkspace\([^;]*?"
-                                                r"\(uint64_t\)(\d+)ULL", body))
+        total += sum(workspace_requests(body) or [])
         largest = max(largest, total)
     return largest
 

@@ -21,6 +21,7 @@ from generator.errors import ExportError
 from generator.export.api import TARGET, with_c_input_names
 from generator.export.lower import (
     SYMBOL_PREFIX,
+    WORKSPACE_SYMBOLS,
     compile_plain_kernels,
     fuse,
     kernel_prototypes,
@@ -619,8 +620,7 @@ def _metadata(module: str, ops: list[Operator], origin: str) -> dict:
 
     needs = ["TVMAPISetLastError"]
     if any(op.workspace_calls for op in ops):
-        needs += ["TVMBackendAllocWorkspace", "TVMBackendFreeWorkspace",
-                  "mtvg_workspace_failures"]
+        needs += WORKSPACE_SYMBOLS
     return {
         "version": MLF_VERSION,
         "modules": {
