@@ -19,10 +19,10 @@ from generator import __version__
 from generator.cdata import c_string_literal
 from generator.errors import ExportError
 from generator.export.api import TARGET, with_c_input_names
+from generator.export.compile_jobs import compile_kernels
 from generator.export.lower import (
     SYMBOL_PREFIX,
     WORKSPACE_SYMBOLS,
-    compile_plain_kernels,
     fuse,
     kernel_prototypes,
     last_line,
@@ -112,13 +112,14 @@ class OperatorExportResult:
 # ---- entry points --------------------------------------------------------------------------
 
 def export_operators(funcs, dest: Path, module: str = "default", *,
-                     shrink: bool = True) -> OperatorExportResult:
+                     shrink: bool = True, jobs: int = 1) -> OperatorExportResult:
     """Write TIR kernels as an operator-style MLF v8 archive.
 
     `funcs` is an IRModule (its PrimFuncs, by name), a dict name → PrimFunc or name → list
     of TE tensors, a list of TE tensors (one operator, named after the last tensor's op), or
     one PrimFunc (named by its global_symbol). With `shrink` the kernels get the same
     memory-saving schedule as a model's kernels; pass False to keep a tuned schedule as is.
+    `jobs` processes share the compiling (compile_jobs.py).
     """
     start = time.monotonic()
     _check_module_name(module)
@@ -127,7 +128,8 @@ def export_operators(funcs, dest: Path, module: str = "default", *,
         problem = operator_name_problem(name)
         if problem:
             raise ExportError(f"operator '{name}': {problem}")
-    return _export(named, {}, Path(dest), module, "TIR PrimFuncs", shrink, notes, start)
+    return _export(named, {}, Path(dest), module, "TIR PrimFuncs", shrink, notes, start,
+                   jobs)
 
 
 def export_model_operators(model_path: Path, dest: Path,
@@ -344,10 +346,10 @@ def _trailing_outputs(func) -> int | None:
 
 # ---- lowering and compiling ----------------------------------------------------------------
 
-def _compile(funcs: dict, prefix: str, shrink: bool) -> tuple[str, str]:
+def _compile(funcs: dict, prefix: str, shrink: bool, jobs: int = 1) -> tuple[str, str]:
     """TVM's C source of the plain kernels, and the TVMScript of the lowered kernels."""
     try:
-        return compile_plain_kernels(funcs, prefix, shrink)
+        return compile_kernels(funcs, prefix, shrink, jobs)
     except ExportError as exc:
         raise ExportError(str(exc).replace("kernels", "operators", 1)) from exc
 
@@ -600,11 +602,12 @@ def _entry(index: int, op: Operator) -> list[str]:
 # ---- the archive ---------------------------------------------------------------------------
 
 def _export(funcs: dict, outputs: dict[str, int], dest: Path, module: str, origin: str,
-            shrink: bool, notes: list[str], start: float) -> OperatorExportResult:
+            shrink: bool, notes: list[str], start: float, jobs: int = 1) \
+        -> OperatorExportResult:
     prefix = SYMBOL_PREFIX.format(mod=module)
     ops = [_signature(name, func, prefix + name, outputs.get(name))
            for name, func in funcs.items()]
-    c_source, tir_text = _compile(funcs, prefix, shrink)
+    c_source, tir_text = _compile(funcs, prefix, shrink, jobs)
     _attach_c(ops, c_source)
     files = {
         "metadata.json": metadata_json(_metadata(module, ops, origin)),

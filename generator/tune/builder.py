@@ -10,6 +10,7 @@ log already has a result for is not built (`cached#<hash>`).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ CANDIDATE = "cand{}"
 MODULE = "tune"
 BATCH_FILE = "batch.json"
 CACHED = "cached#"
+COMPILE_JOBS = max(1, min(2, os.cpu_count() or 1))  # processes lowering a batch's kernels
 
 
 @dataclass
@@ -35,14 +37,29 @@ class BuiltBatch:
     errors: dict[int, str] = field(default_factory=dict)  # input index → why not built
     artifacts: list[str | None] = field(default_factory=list)
 
+    def to_json(self) -> dict:
+        return {"number": self.number,
+                "project": None if self.project is None else str(self.project),
+                "names": self.names, "errors": {str(i): e for i, e in self.errors.items()},
+                "artifacts": self.artifacts}
 
-def build_batch(task: Task, mods: list, board: str, work_dir: Path, log: TuneLog) -> BuiltBatch:
-    """Build one firmware with every candidate of `mods` not already in the log."""
+    @classmethod
+    def from_json(cls, data: dict) -> BuiltBatch:
+        return cls(int(data["number"]),
+                   None if data["project"] is None else Path(data["project"]),
+                   dict(data["names"]), {int(i): e for i, e in data["errors"].items()},
+                   list(data["artifacts"]))
+
+
+def build_batch(task: Task, mods: list, board: str, work_dir: Path, log: TuneLog,
+                number: int | None = None) -> BuiltBatch:
+    """Build one firmware with every candidate of `mods` not already in the log (batch
+    `number`, by default the log's next)."""
     from generator.build import build
     from generator.project.generate import generate
     from generator.project.sizing import HOST_DRIVEN
 
-    number = log.new_batch()
+    number = log.new_batch() if number is None else number
     batch_dir = Path(work_dir) / "batches" / f"{number:05d}"
     if batch_dir.exists():
         shutil.rmtree(batch_dir)
@@ -67,7 +84,7 @@ def build_batch(task: Task, mods: list, board: str, work_dir: Path, log: TuneLog
     try:
         try:
             exported = export_operators(funcs, batch_dir / "ops.tar", module=MODULE,
-                                        shrink=False)
+                                        shrink=False, jobs=COMPILE_JOBS)
         except ExportError:  # one candidate TVM cannot compile: find it, build the rest
             check_interrupt()  # or Ctrl-C, which TVM turned into an error on its way out
             funcs = _compilable(funcs, result, index_of)
@@ -75,7 +92,7 @@ def build_batch(task: Task, mods: list, board: str, work_dir: Path, log: TuneLog
                 shutil.rmtree(batch_dir)
                 return result
             exported = export_operators(funcs, batch_dir / "ops.tar", module=MODULE,
-                                        shrink=False)
+                                        shrink=False, jobs=COMPILE_JOBS)
         project = batch_dir / "project"
         generate(batch_dir / "ops.tar", board, project, project_type=HOST_DRIVEN)
         build(project)

@@ -1,8 +1,9 @@
 """MetaSchedule's interface: a PyBuilder and a PyRunner over `build_batch` and `measure_batch`.
 
-The tuner (`tuner.py`) hands the builder one batch of one task's candidates at a time
-(`Measurer.task` says which task, so the runner knows its reference kernel); the batch is
-one firmware, and the runner measures it on one device session. Results already in the
+The tuner (`tuner.py`) builds one round of one task's candidates at a time (in a child
+process, `build_ahead.py`, which hands its result to `Measurer.built`; `Measurer.task` says
+which task, so the runner knows its reference kernel); a batch is one firmware, and the
+runner measures it on one device session. Results already in the
 log are answered from it (`cached#<hash>` artifacts), not measured. The same two objects
 are what `ms.tune_tasks(builder=..., runner=...)` takes, once it runs (docs/tuning.md).
 """
@@ -18,7 +19,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
 
-from generator.tune.builder import CACHED, batch_info, build_batch
+from generator.tune.builder import CACHED, BuiltBatch, batch_info, build_batch
 from generator.tune.interrupt import check as check_interrupt
 from generator.tune.log import Measurement, TuneLog
 from generator.tune.runner import EvaluatorConfig, measure_batch
@@ -57,14 +58,21 @@ class Measurer:
         assert self.task is not None
         start = time.monotonic()
         batch = build_batch(self.task, mods, self.board, self.work_dir, self.log)
-        self.counters.build_seconds += time.monotonic() - start
+        return self.built(batch, mods, time.monotonic() - start)
+
+    def built(self, batch: BuiltBatch, mods: list, seconds: float) \
+            -> list[str | None | Exception]:
+        """Count a built batch and log its candidates that could not be built; returns each
+        candidate's artifact, or the exception saying why it has none."""
+        from generator.tune.log import candidate_hash
+
+        assert self.task is not None
+        self.counters.build_seconds += seconds
         if batch.project is not None or batch.errors:
             self.counters.builds += 1
         out: list = []
         for i, artifact in enumerate(batch.artifacts):
             if i in batch.errors:
-                from generator.tune.log import candidate_hash
-
                 m = Measurement(self.task.name, candidate_hash(mods[i]), batch.number,
                                 "builder", error=batch.errors[i],
                                 workload=self.task.workload)

@@ -4,9 +4,12 @@ Tasks are tuned one after another, each with its share of the trials (by calls p
 inference). MetaSchedule's `tune_tasks` cannot run in TVM 0.27.0.post1 (its task scheduler
 saves IR as JSON, which crashes: see records.py), so the search loop is ours, over
 MetaSchedule's parts: the design space of `space.py`, random decisions replayed on its
-traces, and its mutators applied to the best traces measured so far. Each batch goes
-through MetaSchedule's builder/runner interface (`measure.py`). The output directory gets
-`log.jsonl` (every measurement) and `records.jsonl` (every timed candidate's trace).
+traces, and its mutators applied to the best traces measured so far. Each round of batches
+is built in a child process while the round before it is measured (`build_ahead.py`), and
+measured through MetaSchedule's runner interface (`measure.py`); a round's candidates are
+proposed while the round before it builds, so mutations start from results one round old.
+The output directory gets `log.jsonl` (every measurement) and `records.jsonl` (every timed
+candidate's trace).
 
 The search is a function of the seed and the results: each task's random state comes from
 (seed, task workload), and a candidate is new when this run has not proposed it yet. A rerun
@@ -27,11 +30,12 @@ import numpy as np
 
 from generator.errors import ExportError, InputError
 from generator.export.lower import last_line
+from generator.tune.build_ahead import BuildAhead
 from generator.tune.builder import CACHED
 from generator.tune.interrupt import catching_interrupts
 from generator.tune.interrupt import check as check_interrupt
 from generator.tune.log import LOG_NAME, TuneLog, candidate_hash
-from generator.tune.measure import BatchBuilder, Counters, DeviceRunner, Measurer
+from generator.tune.measure import Counters, DeviceRunner, Measurer
 from generator.tune.records import RECORDS_NAME, Record, append_record, plain, read_records
 from generator.tune.runner import EvaluatorConfig
 from generator.tune.space import tune_context
@@ -192,9 +196,7 @@ def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int, seed
                report: Callable[[], None]) -> int:
     """Tune one task with up to `share` candidates; returns how many it had."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.builder import BuilderInput
-    from tvm.s_tir.meta_schedule.runner import RunnerInput
-    workload = task.workload
+
     rng = task_rng(seed, task)
     ctx = tune_context(task.mod, task.name, "replay-trace", int(rng.integers(1, 2**30)))
     try:
@@ -204,44 +206,65 @@ def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int, seed
             measurer.say(f"{task.name}: MetaSchedule cannot make its search space, not tuned: "
                          f"{last_line(exc)}")
         return 0
-    builder, runner = BatchBuilder(measurer), DeviceRunner(measurer)
+    runner = DeviceRunner(measurer)
     args_info = ArgInfo.from_prim_func(task.func)
-    answered = 0  # candidates with a result in this run (measured, failed or from the log)
-    while answered < share:
-        check_interrupt()
-        # a round: one batch per device session measured at the same time
-        rounds = []
-        while len(rounds) < max(1, measurer.parallel) and answered < share:
+    answered = 0  # candidates proposed in this run (each gets a result: measured, failed, logged)
+
+    def next_round() -> list[list]:
+        """One batch per device session measured at the same time."""
+        nonlocal answered
+        batches: list[list] = []
+        while len(batches) < max(1, measurer.parallel) and answered < share:
             schedules = proposer.propose(min(batch_size, share - answered))
             if not schedules:
                 break
             answered += len(schedules)
-            rounds.append(schedules)
-        if not rounds:
-            if measurer.say:
-                measurer.say(f"{task.name}: no new candidates in the search space; "
-                             f"{answered} of {share} trials")
-            return answered
-        pending = []
-        for schedules in rounds:
-            built = builder.build([BuilderInput(s.mod, ctx.target) for s in schedules])
+            batches.append(schedules)
+        return batches
+
+    # Round k+1 builds while round k is measured; round k+2 is proposed while round k+1
+    # builds, after round k's results are in (so a mutation starts from them).
+    with BuildAhead(measurer) as ahead:
+        current = next_round()
+        if current:
+            ahead.start(current)
+        following = next_round()
+        while current:
             check_interrupt()
-            pending += [(s, b.artifact_path) for s, b in zip(schedules, built, strict=True)
-                        if b.error_msg is None]
-        futures = runner.run([RunnerInput(a, "cpu", args_info) for _, a in pending])
-        check_interrupt()
-        for (sch, artifact), future in zip(pending, futures, strict=True):
-            result = future.result()
-            if result.run_secs:
-                secs = [float(s) for s in result.run_secs]
-                trace = plain(sch.trace.as_json(remove_postproc=True))
-                if not artifact.startswith(CACHED):  # a rerun's replay: recorded already
-                    append_record(measurer.work_dir, Record(
-                        task.name, workload, candidate_hash(sch.mod), secs, trace,
-                        measurer.reference_secs.get(task.name)))
-                proposer.add_parent(trace, min(secs))
-        report()
+            built = ahead.result()
+            check_interrupt()
+            if following:
+                ahead.start(following)
+            _measure_round(task, current, built, runner, args_info, measurer, proposer)
+            report()
+            current, following = following, next_round()
+    if answered < share and measurer.say:
+        measurer.say(f"{task.name}: no new candidates in the search space; "
+                     f"{answered} of {share} trials")
     return answered
+
+
+def _measure_round(task: Task, rounds: list[list], built: list[list], runner, args_info,
+                   measurer: Measurer, proposer: _Proposer) -> None:
+    """Measure the candidates of a built round; each timed one goes to the records and
+    becomes a possible parent of mutations."""
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    pending = [(s, a) for schedules, artifacts in zip(rounds, built, strict=True)
+               for s, a in zip(schedules, artifacts, strict=True)
+               if not isinstance(a, Exception)]
+    futures = runner.run([RunnerInput(a, "cpu", args_info) for _, a in pending])
+    check_interrupt()
+    for (sch, artifact), future in zip(pending, futures, strict=True):
+        result = future.result()
+        if result.run_secs:
+            secs = [float(s) for s in result.run_secs]
+            trace = plain(sch.trace.as_json(remove_postproc=True))
+            if not artifact.startswith(CACHED):  # a rerun's replay: recorded already
+                append_record(measurer.work_dir, Record(
+                    task.name, task.workload, candidate_hash(sch.mod), secs, trace,
+                    measurer.reference_secs.get(task.name)))
+            proposer.add_parent(trace, min(secs))
 
 
 def propose_candidates(task: Task, count: int, seed: int = 0) -> list:
