@@ -11,9 +11,13 @@ device, and how many distinct candidates its search space gave.
 
 Usage: python benchmarks/tuning.py [--model mnist|kws|PATH ...] [--board B ...]
        [--trials 500] [--batch 16] [--work DIR] [--number 1] [--repeat 1]
+       [--docs | --check-docs]
 Defaults: mnist-8 (float) and mlperftiny_kws (int8) from ../shared, qemu-mps2-an385,
 500 trials each, 16 candidates per firmware, one timed call per candidate (QEMU's time is
-virtual, so repeats measure the same thing).
+virtual, so repeats measure the same thing). --docs runs the documented campaigns (mnist
+on qemu-mps2-an385 and qemu-mps2-an386, kws on qemu-mps2-an385; about an hour) and writes
+both tables of docs/tuning.md; --check-docs compares (wall-clock columns within 2x).
+Run it from a clone with ../shared beside it and nothing else on the machine.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +35,15 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from docs_tables import (  # noqa: E402
+    DocsTable,
+    add_docs_options,
+    publish,
+    refuse_subset,
+    within_factor,
+)
 
 from generator.export import export_model  # noqa: E402
 from generator.export.tuning import TuningRecords  # noqa: E402
@@ -44,6 +58,13 @@ MODELS = {"mnist": SHARED_MODELS / "mnist-8" / "mnist-8.onnx",
           "kws": SHARED_MODELS / "mlperftiny_kws" / "kws_ref_model.tflite"}
 SAMPLES = 3
 FLOAT_TOLERANCE = 1e-5
+DOCUMENTED = (("mnist", "qemu-mps2-an385"), ("mnist", "qemu-mps2-an386"),
+              ("kws", "qemu-mps2-an385"))
+DOC = REPO / "docs" / "tuning.md"
+COMMAND = "python benchmarks/tuning.py --docs"
+CAMPAIGNS = DocsTable(DOC, "tuning-campaigns", COMMAND)
+TASKS = DocsTable(DOC, "tuning-tasks", COMMAND)
+WALL_COLUMNS = {4, 5}  # tuning wall s, measured/min: the machine's speed and load
 
 
 def inputs_for(result, count: int) -> list[dict[str, np.ndarray]]:
@@ -111,8 +132,10 @@ def bench(name: str, model: Path, board: str, args, work: Path) -> dict:
         "equal": equal(base_out, fast_out),
         "tuned_kernels": [k.kernel for k in tuned.tuned],
         "notes": tuned.notes,
+        "float": any(np.dtype(t.dtype).kind == "f" for t in untuned.inputs),
         "tasks": [{"task": t.name, "weight": t.weight, "done": t.done,
-                   "untuned_us": _us(t.reference_secs), "best_us": _us(t.best_secs)}
+                   "untuned_us": _us(t.reference_secs), "best_us": _us(t.best_secs),
+                   "applied": any(k.task == t.name for k in tuned.tuned)}
                   for t in summary.tasks],
     }
 
@@ -121,23 +144,60 @@ def _us(secs: float | None) -> float | None:
     return None if secs is None else round(secs * 1e6, 3)
 
 
-def print_tables(rows: list[dict]) -> None:
-    print("| model | board | candidates measured | builds/trial | tuning wall s | "
-          "measured/min | untuned | tuned | speed-up | outputs equal |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+def campaign_lines(rows: list[dict]) -> list[str]:
+    lines = ["| model | board | candidates measured | builds/trial | tuning wall s | "
+             "measured/min | untuned | tuned | speed-up | outputs equal |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        print(f"| {r['model']} | {r['board']} | {r['measured']} | {r['builds_per_trial']} | "
-              f"{r['wall_s']} | {r['per_min']} | {r['untuned']:,} {r['unit']} | "
-              f"{r['tuned']:,} | {r['speedup']}x | {'yes' if r['equal'] else 'NO'} |")
-    print()
-    print("| model | board | task | calls | candidates | untuned us | best us | ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+        kind = "float" if r["float"] else "int8"
+        equal = ("yes (1e-5)" if r["float"] else "yes (bit-exact)") if r["equal"] else "**NO**"
+        lines.append(f"| {r['model']} ({kind}) | {r['board']} | {r['measured']} | "
+                     f"{r['builds_per_trial']} | {r['wall_s']:,.0f} | {r['per_min']} | "
+                     f"{r['untuned']:,} {r['unit']} | {r['tuned']:,} | {r['speedup']:.2f}× | "
+                     f"{equal} |")
+    return lines
+
+
+def task_lines(rows: list[dict]) -> list[str]:
+    lines = ["| model | board | task | calls | candidates | untuned µs | best µs | ratio |",
+             "|---|---|---|---:|---:|---:|---:|---|"]
     for r in rows:
         for t in r["tasks"]:
-            ratio = (round(t["untuned_us"] / t["best_us"], 2)
-                     if t["untuned_us"] and t["best_us"] else "-")
-            print(f"| {r['model']} | {r['board']} | {t['task']} | {t['weight']} | {t['done']} "
-                  f"| {t['untuned_us']} | {t['best_us']} | {ratio} |")
+            if t["untuned_us"] and t["best_us"]:
+                ratio = f"{t['untuned_us'] / t['best_us']:.2f}"
+                if not t["applied"]:
+                    ratio += " (not applied)"
+            else:
+                ratio = "not tuned"
+            lines.append(f"| {r['model']} | {r['board']} | {t['task']} | {t['weight']} | "
+                         f"{t['done']} | {_number(t['untuned_us'])} | "
+                         f"{_number(t['best_us'])} | {ratio} |")
+    return lines
+
+
+def _number(us: float | None) -> str:
+    if us is None:
+        return "–"
+    return f"{us:,.1f}" if us >= 100 else f"{us:,.3g}"
+
+
+def _commit_line() -> str:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
+                          capture_output=True).stdout.strip() or "unknown"
+    return f"Measured at commit {head} ({time.strftime('%Y-%m-%d')})."
+
+
+def _same_campaign_line(documented: str, fresh: str) -> bool:
+    """Equal but for the commit line and the wall-clock columns (within 2x)."""
+    if documented.startswith("Measured at") and fresh.startswith("Measured at"):
+        return True
+    return within_factor(2.0, WALL_COLUMNS)(documented, fresh)
+
+
+def print_tables(rows: list[dict]) -> None:
+    print("\n".join(campaign_lines(rows)))
+    print()
+    print("\n".join(task_lines(rows)))
 
 
 def main() -> int:
@@ -151,17 +211,28 @@ def main() -> int:
     parser.add_argument("--work", type=Path, help="keep tuning and projects here (a rerun "
                                                   "continues the tuning)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    add_docs_options(parser, "docs/tuning.md's two tables")
     args = parser.parse_args()
+    refuse_subset(parser, args, "model", "board", "trials", "batch", "number", "repeat")
     work = args.work or Path(tempfile.mkdtemp(prefix="mtvg-tuning-bench-"))
+    documented = args.docs or args.check_docs
+    runs = DOCUMENTED if documented else [
+        (model, board) for board in args.board or ["qemu-mps2-an385"]
+        for model in args.model or ["mnist", "kws"]]
     rows = []
-    for board in args.board or ["qemu-mps2-an385"]:
-        for model in args.model or ["mnist", "kws"]:
-            path = MODELS.get(model, Path(model))
-            if not path.exists():
-                print(f"skipping {model}: {path} is not there", file=sys.stderr)
-                continue
-            name = model if model in MODELS else path.stem
-            rows.append(bench(name, path, board, args, Path(work)))
+    for model, board in runs:
+        path = MODELS.get(model, Path(model))
+        if not path.exists():
+            if documented:
+                parser.error(f"{path} is not there: the documented campaigns need ../shared")
+            print(f"skipping {model}: {path} is not there", file=sys.stderr)
+            continue
+        name = model if model in MODELS else path.stem
+        rows.append(bench(name, path, board, args, Path(work)))
+    if documented:
+        status = publish(CAMPAIGNS, [_commit_line(), "", *campaign_lines(rows)],
+                         args.check_docs, _same_campaign_line)
+        return publish(TASKS, task_lines(rows), args.check_docs) or status
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
