@@ -42,8 +42,6 @@ CHECKED = {
 # One experiment or campaign each, named with its commit in the table or the paragraph
 # before it.
 RECORDS = {
-    ("docs/fuzzing-archives.md", "part | archives"): "the 100,000-archive campaign",
-    ("docs/fuzzing-archives.md", "command | runs"): "one part of that campaign",
     ("docs/report.md", "firmware | bound"): "stack bounds against painted runs "
                                              "(tests/test_report_stack.py prints them)",
 }
