@@ -23,22 +23,26 @@ READ_CHUNK = 1 << 16
 
 
 class Forked:
-    """One child computing `work()` (JSON-serialisable); `result()` waits for it."""
+    """One child computing `work()` (JSON-serialisable); `result()` waits for it. With
+    `own_group=False` the child stays in the parent's process group (a child of a child
+    that has one: stopping the outer group stops it too)."""
 
-    def __init__(self, work: Callable[[], object]) -> None:
+    def __init__(self, work: Callable[[], object], own_group: bool = True) -> None:
         reader, writer = os.pipe()
         sys.stdout.flush()  # or the child's first print repeats what the parent buffered
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
             os.close(reader)
-            _child(writer, work)  # never returns
+            _child(writer, work, own_group)  # never returns
         os.close(writer)
-        try:
-            os.setpgid(pid, pid)  # the child does the same: whichever runs first
-        except OSError:
-            pass  # the child has set it already and exited
+        if own_group:
+            try:
+                os.setpgid(pid, pid)  # the child does the same: whichever runs first
+            except OSError:
+                pass  # the child has set it already and exited
         self.pid: int | None = pid
+        self._own_group = own_group
         self._reader = reader
 
     def result(self) -> object:
@@ -70,7 +74,10 @@ class Forked:
         pid, self.pid = self.pid, None
         os.close(self._reader)
         try:
-            os.killpg(pid, signal.SIGKILL)
+            if self._own_group:
+                os.killpg(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         try:
@@ -85,10 +92,11 @@ class Forked:
         self.stop()
 
 
-def _child(writer: int, work: Callable[[], object]) -> None:
+def _child(writer: int, work: Callable[[], object], own_group: bool) -> None:
     code = 0
     try:
-        os.setpgid(0, 0)
+        if own_group:
+            os.setpgid(0, 0)
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # not the parent's handler
         report: dict = {"value": work()}
     except errors.MtgError as exc:

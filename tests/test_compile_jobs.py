@@ -82,19 +82,20 @@ def test_forked_work_returns_raises_and_stops_its_group(tmp_path):
     # stop(): the child and what it started (its process group) are gone at once
     marker = tmp_path / "started"
 
-    def sleeper():
+    def sleeper():  # a process it starts, and a worker of its own in its group
         proc = subprocess.Popen(["sleep", "300"])
-        marker.write_text(str(proc.pid))
+        inner = Forked(lambda: time.sleep(300), own_group=False)
+        marker.write_text(f"{proc.pid} {inner.pid}")
         proc.wait()
 
     child = Forked(sleeper)
     deadline = time.monotonic() + 30
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    grandchild = int(marker.read_text())
+    grandchildren = [int(pid) for pid in marker.read_text().split()]
     child.stop()
     time.sleep(0.2)
-    assert not _running(grandchild)
+    assert not any(_running(pid) for pid in grandchildren)
 
 
 def _running(pid: int) -> bool:

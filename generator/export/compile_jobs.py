@@ -31,7 +31,9 @@ def compile_kernels(funcs: dict, prefix: str, shrink: bool, jobs: int) -> tuple[
         return compile_plain_kernels(funcs, prefix, shrink)
     names = list(funcs)
     shares = [{n: funcs[n] for n in names[i::jobs]} for i in range(jobs)]
-    children = [Forked(lambda share=share: list(compile_plain_kernels(share, prefix, shrink)))
+    # In the caller's process group: the tuner stops its build child's group on Ctrl-C.
+    children = [Forked(lambda share=share: list(compile_plain_kernels(share, prefix, shrink)),
+                       own_group=False)
                 for share in shares[1:]]
     try:
         results = [compile_plain_kernels(shares[0], prefix, shrink)]
