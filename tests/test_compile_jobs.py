@@ -90,9 +90,11 @@ def test_forked_work_returns_raises_and_stops_its_group(tmp_path):
 
     child = Forked(sleeper)
     deadline = time.monotonic() + 30
-    while not marker.exists() and time.monotonic() < deadline:
+    while time.monotonic() < deadline and \
+            len(marker.read_text().split() if marker.exists() else []) < 2:
         time.sleep(0.05)
     grandchildren = [int(pid) for pid in marker.read_text().split()]
+    assert len(grandchildren) == 2
     child.stop()
     time.sleep(0.2)
     assert not any(_running(pid) for pid in grandchildren)
