@@ -5,7 +5,6 @@ Fast enough to check many small models bit by bit; the firmware tests cover the 
 from __future__ import annotations
 
 import ctypes
-import json
 import subprocess
 import tarfile
 from pathlib import Path
@@ -13,8 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from generator.export.api import ExportResult
+from generator.mlf.reader import read_mlf
 from generator.project.generate import TVM_CODE_CFLAGS, tvm_include_dirs
-from generator.project.sizing import WORKSPACE_ALIGN
+from generator.project.sizing import arena_bytes_for
 
 RUNTIME = Path(__file__).resolve().parent.parent / "templates" / "common"
 
@@ -30,7 +30,7 @@ class CModel:
         kernels = code / "src" / f"{result.module}_lib0.c"
         ours = sorted(set((code / "src").glob("*.c")) - {kernels})
         # Kernels with local buffers take them from our runtime's workspace arena.
-        arena = _arena_bytes(src, kernels.read_text(), result.module)
+        arena = _arena_bytes(result.path, result.module)
         runtime = [RUNTIME / "src" / "workspace.c"] if arena else []
         lib = workdir / f"lib{result.module}.so"
         objects = []
@@ -65,16 +65,6 @@ class CModel:
         return outs
 
 
-def _arena_bytes(src: Path, kernels_c: str, module: str) -> int:
-    """The arena a project reserves for the archive (generator/project/sizing.py's rule:
-    the largest kernel's workspace, one alignment pad per allocation site), read from
-    metadata.json without the reader (which refuses the odd test model, e.g. an empty
-    output)."""
-    sites = kernels_c.count("TVMBackendAllocWorkspace(")
-    if not sites:
-        return 0
-    meta = json.loads((src / "metadata.json").read_text())["modules"][module]
-    largest = max(w["workspace_size_bytes"]
-                  for f in meta["memory"]["functions"]["operator_functions"]
-                  for w in f["workspace"])
-    return largest + sites * WORKSPACE_ALIGN
+def _arena_bytes(archive: Path, module: str) -> int:
+    """The arena a project reserves for the archive: generate's own figure."""
+    return arena_bytes_for(read_mlf(archive).module(module))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from generator.errors import ExportError
 from generator.export.api import export_model
 from tests.c_runner import CModel
 
@@ -106,12 +107,24 @@ ONE_OPS = {
     "softplus": ("Softplus", [], {}),
     "softsign": ("Softsign", [], {}),
     "prelu-per-channel": ("PRelu", [_w("slope", 3, 1, 1)], {}),
-    "slice-without-optional-inputs": (
-        "Slice", [numpy_helper.from_array(np.array([1], np.int64), "starts"),
-                  numpy_helper.from_array(np.array([3], np.int64), "ends")], {}),
+    "slice-without-optional-inputs": (  # no axes, no steps: axis 0 from 0 up to 1
+        "Slice", [numpy_helper.from_array(np.array([0], np.int64), "starts"),
+                  numpy_helper.from_array(np.array([1], np.int64), "ends")], {}),
     "hard-sigmoid": ("HardSigmoid", [], {}),
     "leaky-relu": ("LeakyRelu", [], {"alpha": 0.1}),
 }
+
+
+def test_a_model_with_an_empty_output_is_refused_at_export(tmp_path):
+    """A Slice past the end of axis 0 leaves nothing to return: export says so, rather than
+    write an archive `generate` cannot use."""
+    starts, ends = (numpy_helper.from_array(np.array([v], np.int64), n)
+                    for v, n in ((1, "starts"), (3, "ends")))
+    path = tmp_path / "model.onnx"
+    onnx.save(_one_op("Slice", 17, [starts, ends]), str(path))
+    with pytest.raises(ExportError, match=r"output 'y' has no elements \(shape \(0, 3, 4, 4\)\)"):
+        export_model(path, tmp_path / "model.tar")
+    assert not (tmp_path / "model.tar").exists()
 
 
 @pytest.mark.parametrize("name", list(ONE_OPS))

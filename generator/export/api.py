@@ -184,6 +184,13 @@ def lower_model(mod, module: str, output_names: list[str] | None,
     if len(program.inputs) != len(input_names):
         raise ExportError(f"main has {len(input_names)} parameters before lowering and "
                           f"{len(program.inputs)} after")
+    for name, tid in zip(names, program.outputs, strict=True):
+        shape = program.tensors[tid].shape
+        if 0 in shape:  # an archive no firmware can run: `generate` would refuse it
+            raise ExportError(f"output '{name}' has no elements (shape "
+                              f"{tuple(int(d) for d in shape)}): a model must return at "
+                              "least one value; check the model's last operators (e.g. a "
+                              "Slice past the end of an axis)")
     return lowered, input_names, names
 
 

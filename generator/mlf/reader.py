@@ -823,7 +823,10 @@ def _resolve_outputs(where: str, mod: str, main: dict, header, relay,
         if dtype is None:
             raise MlfError(f"{where}: cannot tell the dtype of output '{n}' (neither "
                            "metadata.json nor the model's Relay text gives it)")
-        if size is None or size <= 0:
+        if size == 0:
+            raise MlfError(f"{where}: output '{n}' has no elements (0 bytes): there is "
+                           "nothing for the firmware to return")
+        if size is None or size < 0:
             raise MlfError(f"{where}: cannot tell the size of output '{n}'")
         shape = single.shape if single is not None and single.size_bytes == size else None
         result.append(_tensor(where, "output", n, _checked_dtype(where, n, dtype), size, shape,
