@@ -26,6 +26,7 @@ import pytest
 from generator.cli import main
 from generator.errors import ExportError
 from generator.export import export_model, export_relax
+from generator.export.api import ram_needed
 from generator.export.tuning import MAX_RECORDS_BYTES, TuningRecords
 from generator.mlf import read_mlf
 from generator.project.generate import generate
@@ -315,6 +316,13 @@ def test_a_tuned_kernel_with_local_buffers_runs_in_the_arena(tmp_path):
             break
     assert arena >= 7 * 6 * 8 * 4 and "TVMBackendAllocWorkspace" in meta["abi"]["needs"]
     untuned = export_model(model, tmp_path / "untuned.tar")
+    # --ram-budget weighs the record's scratch: a budget only the untuned kernel fits
+    assert ram_needed(tuned) > ram_needed(untuned)
+    within = export_model(model, tmp_path / "budget.tar", tuning=TuningRecords.load(records),
+                          ram_budget=ram_needed(untuned))
+    assert within.tuned == [] and ram_needed(within) == ram_needed(untuned)
+    assert any(n.startswith("tuning records left out: with them the model needs "
+                            f"{ram_needed(tuned):,} B") for n in within.notes), within.notes
     samples = _samples(untuned.inputs[0])
     generated = generate(untuned.path, "host", tmp_path / "untuned-host")
     assert generated.arena_bytes == 0

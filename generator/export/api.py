@@ -71,28 +71,36 @@ def export_model(model: Path, dest: Path, shapes: dict[str, tuple[int, ...]] | N
     """Import an ONNX or TFLite file with TVM 0.27 and write it as an MLF v8 archive
     (kernels `tuning` has records for scheduled as `tune` found fastest; `memory` one of
     MEMORY_PRESETS). With `ram_budget` (bytes of activations, kernel scratch and I/O
-    buffers), the first preset from `memory` on whose plan fits is written, or none.
-    `reuse_input`: the model may write activations over its input buffers once it has
-    read them (the caller sets the inputs before every run)."""
+    buffers), the first preset from `memory` on whose plan fits is written, or none; for
+    each preset the tuned kernels first, then (when their scratch is what does not fit)
+    the untuned ones. `reuse_input`: the model may write activations over its input
+    buffers once it has read them (the caller sets the inputs before every run)."""
     start = time.monotonic()
     mod, output_names = frontend.import_model(model, shapes or {})
     if ram_budget is None:
         return _export(mod, dest, module, output_names, model.name, start,
                        accelerators or [], tuning, memory, reuse_input=reuse_input)
-    needs = {}
+    needs: dict[str, int] = {}
     bound = None  # the fast plan's lifetime bound, once known: every preset reports it
     for preset in MEMORY_PRESETS[MEMORY_PRESETS.index(memory):]:
-        result = _export(mod, dest, module, output_names, model.name, start,
-                         accelerators or [], tuning, preset,
-                         keep=lambda r: ram_needed(r) <= ram_budget, lifetime_bound=bound,
-                         reuse_input=reuse_input)
-        bound = result.lifetime_bound
-        needs[preset] = ram_needed(result)
-        if needs[preset] <= ram_budget:
-            return result
+        for records in [tuning, None] if tuning is not None else [None]:
+            result = _export(mod, dest, module, output_names, model.name, start,
+                             accelerators or [], records, preset,
+                             keep=lambda r: ram_needed(r) <= ram_budget, lifetime_bound=bound,
+                             reuse_input=reuse_input)
+            bound = result.lifetime_bound
+            how = f"--memory {preset}" + ("" if records is tuning else ", untuned")
+            needs[how] = ram_needed(result)
+            if needs[how] <= ram_budget:
+                if records is not tuning:
+                    tuned = needs[f"--memory {preset}"]
+                    result.notes.append(f"tuning records left out: with them the model needs "
+                                        f"{tuned:,} B of RAM (their kernels' scratch), over "
+                                        f"--ram-budget {ram_budget:,} B")
+                return result
     smallest = min(needs, key=needs.get)
     raise ExportError(f"the model needs at least {needs[smallest]:,} B of RAM (activations, "
-                      f"kernel scratch and I/O buffers, --memory {smallest}); "
+                      f"kernel scratch and I/O buffers, {smallest}); "
                       f"--ram-budget is {ram_budget:,} B")
 
 
