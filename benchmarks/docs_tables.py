@@ -113,9 +113,14 @@ def within_factor(factor: float, columns: set[int] | None = None
     """A comparison for `publish`: numeric cells of `columns` (default: every column) may
     differ by up to `factor` either way (wall-clock times on a shared machine); all other
     cells must be equal."""
+    return within_factors(factor if columns is None else {c: factor for c in columns})
+
+
+def within_factors(factors: float | dict[int, float]) -> Callable[[str, str], bool]:
+    """`within_factor` with a factor per column (a float: every column the same)."""
     def number(text: str) -> float | None:
         try:
-            return float(text.replace(",", "").replace("*", "").split()[0])
+            return float(text.replace(",", "").replace("*", "").replace("×", "").split()[0])
         except (ValueError, IndexError):
             return None
 
@@ -125,8 +130,8 @@ def within_factor(factor: float, columns: set[int] | None = None
             return False
         for i, (a, b) in enumerate(zip(old, new, strict=True)):
             x, y = number(a), number(b)
-            loose = columns is None or i in columns
-            if loose and x is not None and y is not None and x > 0 and y > 0:
+            factor = factors if isinstance(factors, float) else factors.get(i)
+            if factor is not None and x is not None and y is not None and x > 0 and y > 0:
                 if not 1 / factor <= x / y <= factor:
                     return False
             elif a != b:

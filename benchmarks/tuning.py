@@ -16,7 +16,8 @@ Defaults: mnist-8 (float) and mlperftiny_kws (int8) from ../shared, qemu-mps2-an
 500 trials each, 16 candidates per firmware, one timed call per candidate (QEMU's time is
 virtual, so repeats measure the same thing). --docs runs the documented campaigns (mnist
 on qemu-mps2-an385 and qemu-mps2-an386, kws on qemu-mps2-an385; about an hour) and writes
-both tables of docs/tuning.md; --check-docs compares (wall-clock columns within 2x).
+both tables of docs/tuning.md; --check-docs compares (wall-clock columns within 2x,
+the search's results within 10%).
 Run it from a clone with ../shared beside it and nothing else on the machine.
 """
 
@@ -42,7 +43,7 @@ from docs_tables import (  # noqa: E402
     add_docs_options,
     publish,
     refuse_subset,
-    within_factor,
+    within_factors,
 )
 
 from generator.export import export_model  # noqa: E402
@@ -64,7 +65,12 @@ DOC = REPO / "docs" / "tuning.md"
 COMMAND = "python benchmarks/tuning.py --docs"
 CAMPAIGNS = DocsTable(DOC, "tuning-campaigns", COMMAND)
 TASKS = DocsTable(DOC, "tuning-tasks", COMMAND)
-WALL_COLUMNS = {4, 5}  # tuning wall s, measured/min: the machine's speed and load
+# What may differ between two runs of the same commit. Wall-clock columns: the machine's
+# speed and load. The search: a kernel's time under -icount moves by a few instructions
+# with the UART's interrupts, so the search may take another path (candidates measured,
+# best times, the tuned model); the untuned model's count does not move.
+CAMPAIGN_TOLERANCE = {2: 1.1, 3: 1.1, 4: 2.0, 5: 2.0, 7: 1.1, 8: 1.1}
+TASK_TOLERANCE = {4: 1.1, 5: 1.01, 6: 1.1, 7: 1.1}
 
 
 def inputs_for(result, count: int) -> list[dict[str, np.ndarray]]:
@@ -191,7 +197,7 @@ def _same_campaign_line(documented: str, fresh: str) -> bool:
     """Equal but for the commit line and the wall-clock columns (within 2x)."""
     if documented.startswith("Measured at") and fresh.startswith("Measured at"):
         return True
-    return within_factor(2.0, WALL_COLUMNS)(documented, fresh)
+    return within_factors(CAMPAIGN_TOLERANCE)(documented, fresh)
 
 
 def print_tables(rows: list[dict]) -> None:
@@ -232,7 +238,8 @@ def main() -> int:
     if documented:
         status = publish(CAMPAIGNS, [_commit_line(), "", *campaign_lines(rows)],
                          args.check_docs, _same_campaign_line)
-        return publish(TASKS, task_lines(rows), args.check_docs) or status
+        return publish(TASKS, task_lines(rows), args.check_docs,
+                       within_factors(TASK_TOLERANCE)) or status
     if args.json:
         print(json.dumps(rows, indent=1))
     else:

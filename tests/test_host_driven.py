@@ -262,3 +262,45 @@ def test_serve_restarts_a_device_that_died(project):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_refused_handover_serves_the_client_through_the_bridge(project, monkeypatch):
+    """The host firmware refuses a handover it cannot use (here a state file too small for
+    it) without reading from the client: serve goes on with that client, and the later
+    ones, through the bridge. (serve runs in this process to be given the small file; the
+    stock clients in another, since a blocking call of theirs holds the interpreter.)"""
+    import threading
+
+    from generator.device import direct_clients
+    from generator.rpc.serve import ServeOptions, serve
+
+    if json.loads((project / "project.json").read_text())["board"] != "host":
+        pytest.skip("direct clients exist on the host board only")
+    monkeypatch.setattr(direct_clients, "STATE_BYTES", 8)
+    events: list[str] = []
+    ports: list[int] = []
+    listening = threading.Event()
+    served = []
+
+    def announce(bridge) -> None:
+        ports.append(bridge.port)
+        listening.set()
+
+    thread = threading.Thread(target=lambda: served.append(serve(
+        project, ServeOptions(port=0, sessions=2), announce, on_log=lambda _: None,
+        on_event=events.append)), daemon=True)
+    thread.start()
+    assert listening.wait(60)
+    clients = ("import sys, numpy as np, tvm.rpc\n"
+               "from tests.test_host_driven import check_operators\n"
+               "for seed in (5, 6):\n"
+               "    remote = tvm.rpc.connect('127.0.0.1', int(sys.argv[1]))\n"
+               "    check_operators(remote, np.random.default_rng(seed))\n"
+               "    del remote\n")
+    done = subprocess.run([sys.executable, "-c", clients, str(ports[0])], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    thread.join(60)
+    assert served == [2]
+    refused = [e for e in events if "refused" in e]
+    assert len(refused) == 1 and "through the bridge" in refused[0], events

@@ -70,6 +70,10 @@ class HandoverDevice(Device):
             self._said_hello = bool(ready) and self.pair.recv(1) == HELLO
         return self._said_hello
 
+    def stop_handing_over(self) -> None:
+        """Serve every later client through the bridge (the firmware refused one)."""
+        self._said_hello = False
+
     def close(self, hung: bool = False) -> None:
         super().close(hung)
         self.pair.close()
@@ -110,7 +114,8 @@ def serve_client(device: HandoverDevice, conn: socket.socket, idle_timeout: floa
             if device.pair in ready:
                 why = device.pair.recv(1)
                 if why:
-                    return DirectEnd(why if why in END_REASONS else END_REFUSED)
+                    # a byte this serve does not know: the stream's state is unknown
+                    return DirectEnd(why if why in END_REASONS else END_CLOSED)
                 break
             if link in ready:
                 try:

@@ -416,7 +416,8 @@ class Bridge:
 
     def _serve_directly(self, conn: socket.socket, peer: str, inbox: Inbox) -> bool:
         """Let the firmware process answer the client itself (no bridge per call). True
-        when the client goes on through the bridge: its device ended during the session."""
+        when the client goes on through the bridge: its device ended during the session,
+        or the firmware refused the handover without reading from the client."""
         link = self.device.link
         assert isinstance(link, HandoverDevice)
         try:
@@ -441,8 +442,11 @@ class Bridge:
                         f"(--idle-timeout {self.idle_timeout:g}); ending its session")
         elif end.reason == direct_clients.END_NOT_RPC:
             self._event(f"client {peer} sent a packet length that is not TVM RPC; closing")
-        elif end.reason == direct_clients.END_REFUSED:
-            self._event(f"the device refused client {peer}'s socket; closing")
+        elif end.reason == direct_clients.END_REFUSED:  # it read nothing of the client's
+            self._event(f"the device refused client {peer}'s socket; serving it and later "
+                        "clients through the bridge")
+            link.stop_handing_over()
+            return True
         self._reset_device_state()
         return False
 
