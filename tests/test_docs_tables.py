@@ -1,19 +1,18 @@
-"""Every table in README.md and docs/ is one of four kinds (issue: no surprises), and this
+"""Every table in README.md and docs/ is one of three kinds (issue: no surprises), and this
 module keeps it so:
 - generated: between markers naming the benchmark that writes it from a fresh run
   (`--docs`) and says whether it is stale (`--check-docs`), benchmarks/docs_tables.py;
 - checked: a test recomputes its numbers (CHECKED names the test);
-- a record: one dated experiment or campaign, whose text names the commit it ran at;
 - reference: facts (formats, protocols, options, sources), no measurement.
-A new table fails `test_every_table_is_generated_checked_a_record_or_reference` until it
-is one of them. The suite also rebuilds two rows of docs/boards.md (a change to the
+No number table is a dated record: a measurement is either rerun by its benchmark or
+rechecked by a test. A new table fails `test_every_table_is_generated_checked_or_reference`
+until it is one of them. The suite also rebuilds two rows of docs/boards.md (a change to the
 runtime, a port or the exporter that moves a size fails here until the benchmark writes
 the table again; the other generated tables take minutes to hours to measure: their
 benchmarks' --check-docs) and checks that tables repeating each other's numbers agree."""
 
 from __future__ import annotations
 
-import re
 import sys
 import tomllib
 from collections import Counter
@@ -38,12 +37,9 @@ CHECKED = {
         " hello_world_int8's is the generated coverage table's; 'before' is history",
     ("docs/coverage.md", "source | license"):
         "test_coverage_sources_table_counts_the_corpus",
-}
-# One experiment or campaign each, named with its commit in the table or the paragraph
-# before it.
-RECORDS = {
-    ("docs/report.md", "firmware | bound"): "stack bounds against painted runs "
-                                             "(tests/test_report_stack.py prints them)",
+    ("docs/report.md", "firmware | bound"):
+        "tests/test_report_stack.py::test_qemu_bound_covers_a_painted_run, "
+        "test_host_bound_covers_a_painted_run",
 }
 REFERENCE = {
     ("README.md", "archive | executor"), ("README.md", "board | core (flags)"),
@@ -63,53 +59,43 @@ REFERENCE = {
     ("docs/zephyr.md", "field | meaning"), ("docs/zephyr.md", "Zephyr board | core"),
     ("docs/report.md", "block | what it is"),
 }
-COMMIT = re.compile(r"\b[0-9a-f]{7,40}\b")
 
 
-def _tables(path: Path) -> list[tuple[str, int, list[str]]]:
-    """(header, line number, its rows and the 12 lines before it) of each table outside
-    generated blocks."""
+def _tables(path: Path) -> list[tuple[str, int]]:
+    """(header, line number) of each table outside generated blocks."""
     text = path.read_text()
     for _, _, body in docs_tables.generated_tables(text):
         text = text.replace(body, "\n" * body.count("\n"))
     lines, found = text.splitlines(), []
     for i, line in enumerate(lines):
         if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|")):
-            end = i
-            while end < len(lines) and lines[end].startswith("|"):
-                end += 1
-            found.append((" | ".join(docs_tables.cells(line)), i + 1,
-                          lines[max(0, i - 12):end]))
+            found.append((" | ".join(docs_tables.cells(line)), i + 1))
     return found
 
 
 def _listing(doc: str, header: str) -> tuple[str, tuple[str, str]] | None:
     """(kind, the listing's key) of a table, or None when it is not listed."""
-    for kind, keys in (("checked", CHECKED), ("record", RECORDS), ("reference", REFERENCE)):
+    for kind, keys in (("checked", CHECKED), ("reference", REFERENCE)):
         for key in keys:
             if key[0] == doc and header.startswith(key[1]):
                 return kind, key
     return None
 
 
-def test_every_table_is_generated_checked_a_record_or_reference():
+def test_every_table_is_generated_checked_or_reference():
     unknown, used = [], set()
     for path in DOCUMENTS:
         doc = path.relative_to(REPO).as_posix()
-        for header, line, around in _tables(path):
+        for header, line in _tables(path):
             listing = _listing(doc, header)
             if listing is None:
                 unknown.append(f"{doc}:{line}: | {header} |")
                 continue
-            kind, key = listing
-            used.add(key)
-            if kind == "record":
-                assert COMMIT.search("\n".join(around)), \
-                    f"{doc}:{line}: a record must name the commit it was measured at"
+            used.add(listing[1])
     assert not unknown, ("tables that no benchmark writes, no test checks and that are not "
-                         "listed as a record or reference here:\n" + "\n".join(unknown))
-    assert used == {*CHECKED, *RECORDS, *REFERENCE}, \
-        f"listed here but not in the docs: {sorted({*CHECKED, *RECORDS, *REFERENCE} - used)}"
+                         "listed as reference here:\n" + "\n".join(unknown))
+    assert used == {*CHECKED, *REFERENCE}, \
+        f"listed here but not in the docs: {sorted({*CHECKED, *REFERENCE} - used)}"
 
 
 def test_each_generated_table_names_a_benchmark_that_writes_and_checks_it():

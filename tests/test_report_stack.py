@@ -215,9 +215,22 @@ def test_missing_objdump_root_or_elf_is_one_line(small, tmp_path):
 MODELS = {"kws": REPO / "tests" / "fixtures" / "models" / "mlperftiny_kws" /
           "kws_ref_model.tflite",
           "mnist": REPO / "examples" / "mnist" / "mnist-8.onnx"}
+LABELS = {"kws": "kws", "mnist": "mnist-8"}  # as docs/report.md's table names them
 QEMU_BOARD = "qemu-mps2-an385"
 PAINT = bytes([0xA5, 0x5A, 0xC3, 0x3C])  # a word no code writes by chance
 MAX_RATIO = 2.0
+REPORT_DOC = REPO / "docs" / "report.md"
+
+
+def documented(firmware: str) -> tuple[int, int]:
+    """(bound, used) of `firmware`'s row in docs/report.md's table, which these tests keep
+    true: a change that moves a bound or a painted depth fails here until the table says
+    the new numbers."""
+    for line in REPORT_DOC.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == firmware:
+            return int(cells[1].removesuffix(" B")), int(cells[2].removesuffix(" B"))
+    raise AssertionError(f"docs/report.md has no row for {firmware}")
 
 
 def _project(tmp_path_factory, model: str, board: str) -> Path:
@@ -323,6 +336,7 @@ def test_qemu_bound_covers_a_painted_run(tmp_path_factory, tmp_path, model):
           f"path {' > '.join(found.path)}; {found.reason}")
     assert found.bound_bytes is not None, found.reason
     assert 0 < used <= found.bound_bytes <= MAX_RATIO * used
+    assert (found.bound_bytes, used) == documented(f"{LABELS[model]}, {QEMU_BOARD}")
     assert found.path[:2] == ["Reset_Handler", "main"]
     # the constructors' loop and the accelerator counters' loop are the firmware's indirect
     # calls: resolved through their tables, and said so
@@ -415,6 +429,7 @@ def test_host_bound_covers_a_painted_run(tmp_path_factory, tmp_path, model):
           f"path {' > '.join(found.path)}; {found.reason}")
     assert found.bound_bytes is not None, found.reason
     assert 0 < used <= found.bound_bytes <= MAX_RATIO * used
+    assert (found.bound_bytes, used) == documented(f"{LABELS[model]}, host (the inference)")
     assert found.path[0] == "tvmgen_default_run"
     assert "-fstack-usage" in found.reason and "red zone" in found.reason
     # the whole program calls the C library, a shared library's code: no bound
