@@ -57,10 +57,17 @@ def test_two_devices_under_one_key_share_the_batches_and_one_dies(operators_arch
             log = out / "log.jsonl"
             lines = lambda: len(log.read_text().splitlines()) if log.exists() else 0  # noqa
             _wait(lambda: lines() >= 8, 600, "the first round")
-            qemu = _descendant(served[0].proc.pid, "qemu-system")
-            if qemu:
-                os.kill(qemu, signal.SIGKILL)
-                events.append("killed qemu")
+            # the next round's firmware may still be loading (its QEMU not started): wait
+            qemu: list[int] = []
+
+            def device_0_runs() -> bool:
+                qemu[:] = [pid for pid in [_descendant(served[0].proc.pid, "qemu-system")]
+                           if pid]
+                return bool(qemu)
+
+            _wait(device_0_runs, 120, "device 0's QEMU in the second round")
+            os.kill(qemu[0], signal.SIGKILL)
+            events.append("killed qemu")
             _wait(lambda: lines() >= 16, 600, "the second round")
             served[0].stop()
             events.append("stopped serve 0")
