@@ -29,7 +29,9 @@ from generator.errors import ExportError
 
 PATH_ENV = "MICROTVM_GEN_ACCELERATOR_PATH"
 ENTRY_POINT_GROUP = "microtvm_gen.accelerators"
-BUILT_IN = {"vanilla": "generator.accel.vanilla", "cmsis-nn": "generator.accel.cmsis_nn"}
+# In search order: a board's defaults take layers in this order (arm-dsp before CMSIS-NN).
+BUILT_IN = {"vanilla": "generator.accel.vanilla", "arm-dsp": "generator.accel.arm_dsp",
+            "cmsis-nn": "generator.accel.cmsis_nn"}
 NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 OPTION_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 CPU_TARGET = "c"

@@ -1,0 +1,136 @@
+"""`arm-dsp`: our own int8 convolutions for cores with the Arm DSP extension (Cortex-M4, M7,
+M33, M55), written in C with <arm_acle.h>'s SXTAB16/SXTB16/SMLAD (driver/mtvg_arm_dsp.c).
+
+Export re-lays the weights out for the kernels (layout.py): a convolution widens two
+pixels' columns to 16 bits once (the input offset added in the same instruction) and runs
+two pixels by two output channels per SMLAD pair; a depthwise convolution pairs the taps of
+each channel so one SMLAD does two of them. Outputs are byte-equal with TFLite Micro's
+reference kernels. The host builds the same C with portable versions of the instructions
+(for tests); `export --board B` picks the plugin by default on DSP boards, ahead of
+CMSIS-NN, for the layers where it is faster (benchmarks/cores.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from generator import abi
+from generator.accel import (
+    Accelerator,
+    Driver,
+    Lowering,
+    Match,
+    Option,
+    Param,
+    extern_kernel,
+    int8_op,
+    with_check,
+)
+from generator.accel.arm_dsp import layout
+from generator.accel.vanilla import valid_taps
+
+DRIVER_DIR = Path(__file__).resolve().parent / "driver"
+DRIVER_HEADER = DRIVER_DIR / "mtvg_arm_dsp.h"
+MAX_DIM = abi.header_constant(DRIVER_HEADER, "MTVG_ARM_DSP_MAX_DIM")
+MAX_TAPS = abi.header_constant(DRIVER_HEADER, "MTVG_ARM_DSP_MAX_TAPS")
+SHIFT_RANGE = (-31, 30)
+
+
+def conv_scratch(depth: int) -> int:
+    """Scratch bytes of a conv2d whose kernel holds `depth` values per output (the header's
+    bound: two int8 columns and their widened words)."""
+    return 6 * ((depth + 3) // 4 * 4)
+
+
+def depthwise_scratch(channels: int, taps: int) -> int:
+    """Scratch bytes of a depthwise convolution: the tap pointers (8 bytes each: room for
+    64-bit hosts) and a padding row."""
+    return 8 * taps + (channels + 3) // 4 * 4
+
+
+class ArmDsp(Accelerator):
+    name = "arm-dsp"
+    description = "our int8 conv2d and depthwise_conv2d for Arm DSP-extension cores (SMLAD)"
+    options = (
+        Option("weights", "str", "int16", "conv2d weights in flash as int16 (twice the "
+               "flash of int8, no widening in the inner loop) or int8; export reports the "
+               "flash", choices=("int16", "int8")),
+    )
+    default_on = ("dsp",)
+
+    def supports(self, board) -> str | None:
+        if "dsp" in board.features or board.is_native:
+            return None
+        return "the board's core lacks the Arm DSP extension"
+
+    def patterns(self, options):
+        return [with_check(int8_op("conv2d"), self._check),
+                with_check(int8_op("depthwise_conv2d"), self._check)]
+
+    @staticmethod
+    def _check(m: Match) -> str | None:
+        op, p = m.op, m.op.params
+        t = op.tensors
+        dims = (*op.input_shapes[0][1:], *op.output_shape[1:], *p["strides"], *p["dilation"],
+                *t["weights"].shape)
+        if op.input_shapes[0][0] != 1 or min(dims) < 1 or max(dims) > MAX_DIM \
+                or min(p["padding"]) < 0 or max(p["padding"]) > MAX_DIM:
+            return "a dimension outside the driver's range"
+        if (t["multiplier"] < 0).any() or (t["shift"] < SHIFT_RANGE[0]).any() \
+                or (t["shift"] > SHIFT_RANGE[1]).any():
+            return "a requantization multiplier or shift outside TFLite's range"
+        if not all(-128 <= v <= 127 for v in (p["input_zero_point"], p["output_zero_point"],
+                                               p["act_min"], p["act_max"])):
+            return "a zero point or activation range outside int8"
+        if op.kind == "depthwise_conv2d":
+            if op.output_shape[3] != op.input_shapes[0][3]:
+                return "a channel multiplier above 1"
+            if t["weights"].size // op.output_shape[3] > MAX_TAPS:
+                return f"a depthwise kernel of more than {MAX_TAPS} taps"
+        elif t["weights"][0].size > MAX_DIM:
+            return "a kernel of more values per output than the driver takes"
+        return None
+
+    def lower(self, m: Match, options) -> Lowering:
+        op = m.op
+        t, p = op.tensors, op.params
+        depthwise = op.kind == "depthwise_conv2d"
+        _, h, w, c = op.input_shapes[0]
+        _, oh, ow, o = op.output_shape
+        taps = t["weights"].size // (o if depthwise else o * c)
+        kh, kw = (t["weights"].shape[:2] if depthwise else t["weights"].shape[1:3])
+        if kh * kw != taps:
+            raise ValueError(f"weights of shape {t['weights'].shape} for {kh}x{kw} taps")
+        (sh, sw), (dh, dw) = p["strides"], p["dilation"]
+        pt, pl = p["padding"][0], p["padding"][1]
+        count = o if depthwise else o + o % 2
+        bits = 16 if options.get("weights", "int16") == "int16" else 8
+        packed = layout.depthwise_weights(t["weights"], taps) if depthwise \
+            else layout.conv_weights(t["weights"], bits)
+        narrow = int(layout.narrow(t["weights"], t["bias"], t["shift"], depthwise))
+        consts = [packed, *(layout.pad_channels(t[n], count).astype(np.int32)
+                            for n in ("bias", "multiplier", "shift"))]
+        params = [Param("input", op.input_shapes[0], "int8"),
+                  *(Param(n, v.shape, str(v.dtype)) for n, v in
+                    zip(("weights", "bias", "multiplier", "shift"), consts, strict=True)),
+                  Param("output", op.output_shape, "int8")]
+        geometry = [h, w, c, oh, ow] + ([] if depthwise else [o]) + [
+            kh, kw, sh, sw, pt, pl, dh, dw, p["input_zero_point"], p["output_zero_point"],
+            p["act_min"], p["act_max"]] + ([narrow] if depthwise else [bits, narrow])
+        symbol = "mtvg_arm_dsp_depthwise_conv2d_s8" if depthwise else "mtvg_arm_dsp_conv2d_s8"
+        func = extern_kernel(self.name, symbol, params, [
+            "input", "weights", "bias", "multiplier", "shift", "output", *geometry])
+        in_taps = valid_taps(oh, h, kh, sh, pt, dh) * valid_taps(ow, w, kw, sw, pl, dw)
+        macs = o * in_taps * (1 if depthwise else c)
+        scratch = depthwise_scratch(c, taps) if depthwise else conv_scratch(kh * kw * c)
+        return Lowering(func, consts, macs, scratch)
+
+    def driver(self, options, board) -> Driver:
+        return Driver(DRIVER_DIR, sources=("mtvg_arm_dsp.c",), headers=("mtvg_arm_dsp.h",),
+                      counters="mtvg_arm_dsp_counters",
+                      scratch_define="MTVG_ARM_DSP_SCRATCH_BYTES")
+
+
+accelerator = ArmDsp

@@ -1,0 +1,521 @@
+/* microtvm-gen `arm-dsp` driver: int8 convolutions on the Arm DSP extension's SIMD. */
+#include "mtvg_arm_dsp.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#define INT8_LOWEST (-128)
+#define INT8_HIGHEST 127
+/* TFLite's quantized multipliers are non-negative and their shifts lie in [-31, 30]. */
+#define SHIFT_LOWEST (-31)
+#define SHIFT_HIGHEST 30
+
+/* ---- the DSP instructions, or portable C with the same results ---------------------------- */
+
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#include <arm_acle.h>
+/* Each 16-bit half of a plus the sign-extended byte 0 (low) or byte 2 (high) of x. */
+static inline uint32_t sxtab16(uint32_t a, uint32_t x) {
+  return (uint32_t)__sxtab16((int16x2_t)a, (int8x4_t)x);
+}
+/* Bytes 0 and 2 of x, sign-extended into the two 16-bit halves. */
+static inline uint32_t sxtb16(uint32_t x) { return (uint32_t)__sxtb16((int8x4_t)x); }
+/* acc + low(a) * low(b) + high(a) * high(b), halves signed. */
+static inline int32_t smlad(uint32_t a, uint32_t b, int32_t acc) {
+  return __smlad((int16x2_t)a, (int16x2_t)b, acc);
+}
+/* acc + low(a) * low(b); acc + high(a) * high(b). */
+static inline int32_t smlabb(uint32_t a, uint32_t b, int32_t acc) {
+  return __smlabb((int32_t)a, (int32_t)b, acc);
+}
+static inline int32_t smlatt(uint32_t a, uint32_t b, int32_t acc) {
+  return __smlatt((int32_t)a, (int32_t)b, acc);
+}
+/* The high word of a * b + 2^31 (SMMULR). */
+static inline int32_t smmulr(int32_t a, int32_t b) {
+  int32_t r;
+  __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+/* Bytes 1 and 3 (x rotated right by 8 first): one instruction, which the compiler does not
+ * always find for __sxtb16 of a rotate. */
+static inline uint32_t sxtb16_ror8(uint32_t x) {
+  uint32_t r;
+  __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(x));
+  return r;
+}
+static inline uint32_t sxtab16_ror8(uint32_t a, uint32_t x) {
+  uint32_t r;
+  __asm__("sxtab16 %0, %1, %2, ror #8" : "=r"(r) : "r"(a), "r"(x));
+  return r;
+}
+#else
+static inline int32_t low16(uint32_t x) { return (int32_t)((x & 0xFFFFu) ^ 0x8000u) - 0x8000; }
+static inline int32_t high16(uint32_t x) { return (int32_t)((x >> 16) ^ 0x8000u) - 0x8000; }
+static inline int32_t byte_at(uint32_t x, int n) {
+  return (int32_t)(((x >> (8 * n)) & 0xFFu) ^ 0x80u) - 0x80;
+}
+static inline uint32_t halves(int32_t low, int32_t high) {
+  return ((uint32_t)low & 0xFFFFu) | ((uint32_t)high << 16);
+}
+static inline uint32_t sxtab16(uint32_t a, uint32_t x) {
+  return halves(low16(a) + byte_at(x, 0), high16(a) + byte_at(x, 2));
+}
+static inline uint32_t sxtb16(uint32_t x) { return halves(byte_at(x, 0), byte_at(x, 2)); }
+static inline int32_t smlad(uint32_t a, uint32_t b, int32_t acc) {
+  uint32_t sum = (uint32_t)acc + (uint32_t)(low16(a) * low16(b)) +
+                 (uint32_t)(high16(a) * high16(b));
+  return (int32_t)sum;
+}
+static inline int32_t smlabb(uint32_t a, uint32_t b, int32_t acc) {
+  return (int32_t)((uint32_t)acc + (uint32_t)(low16(a) * low16(b)));
+}
+static inline int32_t smlatt(uint32_t a, uint32_t b, int32_t acc) {
+  return (int32_t)((uint32_t)acc + (uint32_t)(high16(a) * high16(b)));
+}
+static inline int32_t smmulr(int32_t a, int32_t b) {
+  return (int32_t)(((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
+}
+static inline uint32_t ror8(uint32_t x) { return (x >> 8) | (x << 24); }
+static inline uint32_t sxtb16_ror8(uint32_t x) { return sxtb16(ror8(x)); }
+static inline uint32_t sxtab16_ror8(uint32_t a, uint32_t x) { return sxtab16(a, ror8(x)); }
+#endif
+
+/* Four bytes from any address (one LDR on the cores this driver is for). */
+static inline uint32_t load32(const int8_t* p) {
+  uint32_t v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+/* ---- TFLite's requantization ------------------------------------------------------------- */
+
+/* The output stage of every kernel: TFLite's MultiplyByQuantizedMultiplier (double
+ * rounding), the output zero point, the activation clamp. */
+typedef struct {
+  int32_t zero_point, act_min, act_max;
+  /* 1 when the exporter has shown that every channel's shift is negative (a right shift
+   * only) and every accumulator, doubled, fits int32_t (mtvg_arm_dsp.h: `narrow`). */
+  int32_t narrow;
+} output_stage;
+
+/* Round-half-away-from-zero division by 2^exponent, exponent in [0, 31] (TFLite's
+ * RoundingDivideByPOT). */
+static inline int32_t divide_by_pot(int32_t x, int32_t exponent) {
+  const uint32_t mask = (1u << exponent) - 1u;
+  const uint32_t threshold = (mask >> 1) + ((uint32_t)x >> 31);
+  return (x >> exponent) + (((uint32_t)x & mask) > threshold ? 1 : 0);
+}
+
+static inline int8_t requantize(int32_t acc, int32_t multiplier, int32_t shift,
+                                const output_stage* o) {
+  int32_t q;
+  if (o->narrow) {
+    /* |2 acc| < 2^31, so the rounding doubling high multiply is SMMULR of 2 acc, and its
+     * result lies within 2^29 + 1: adding half of 2^e (e = -shift >= 1) cannot overflow,
+     * and (h + 2^(e-1) - (h < 0)) >> e is TFLite's rounding divide. */
+    const int32_t high = smmulr((int32_t)((uint32_t)acc << 1), multiplier);
+    const int32_t e = -shift;
+    q = (high + (int32_t)((1u << e) >> 1) + (high >> 31)) >> e;
+  } else {
+    /* multiplier >= 0 (the exporter checks it): the saturating case of the rounding
+     * doubling high multiply (both operands INT32_MIN) cannot occur, and its rounding of
+     * a * b / 2^31 is half up. */
+    const int32_t left = shift > 0 ? shift : 0;
+    const int32_t x = (int32_t)((uint32_t)acc << left);
+    const int32_t high = (int32_t)(((int64_t)x * multiplier + ((int64_t)1 << 30)) >> 31);
+    q = shift < 0 ? divide_by_pot(high, -shift) : high;
+  }
+  q += o->zero_point;
+  q = q < o->act_min ? o->act_min : q;
+  q = q > o->act_max ? o->act_max : q;
+  return (int8_t)q;
+}
+
+/* ---- scratch, counters, failures ------------------------------------------------------- */
+
+static union {
+  uint64_t align;
+  uint32_t words[(MTVG_ARM_DSP_SCRATCH_BYTES + 3) / 4];
+} scratch;
+
+static uint64_t conv2d_calls;
+static uint64_t depthwise_calls;
+static uint32_t scratch_peak;
+
+static int32_t fail(int32_t code, const char* reason) {
+  mtvg_accel_error(MTVG_ARM_DSP_NAME, reason);
+  return code;
+}
+
+static int32_t take_scratch(uint32_t need) {
+  if (need > scratch_peak) {
+    scratch_peak = need;
+  }
+  if (need > sizeof(scratch.words)) {
+    return fail(MTVG_ARM_DSP_ESCRATCH, "scratch buffer smaller than the call needs "
+                                       "(MTVG_ARM_DSP_SCRATCH_BYTES)");
+  }
+  return 0;
+}
+
+static int dims_ok(const int32_t* dims, size_t n, int32_t lowest) {
+  for (size_t i = 0; i < n; ++i) {
+    if (dims[i] < lowest || dims[i] > MTVG_ARM_DSP_MAX_DIM) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static int quant_ok(int32_t input_zero_point, int32_t output_zero_point, int32_t act_min,
+                    int32_t act_max) {
+  return input_zero_point >= INT8_LOWEST && input_zero_point <= INT8_HIGHEST &&
+         output_zero_point >= INT8_LOWEST && output_zero_point <= INT8_HIGHEST &&
+         act_min >= INT8_LOWEST && act_max <= INT8_HIGHEST && act_min <= act_max;
+}
+
+static int channels_ok(const int32_t* multiplier, const int32_t* shift, int32_t channels) {
+  for (int32_t i = 0; i < channels; ++i) {
+    if (multiplier[i] < 0 || shift[i] < SHIFT_LOWEST || shift[i] > SHIFT_HIGHEST) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* The input offset (-zero point) in both 16-bit halves. */
+static uint32_t offset_pair(int32_t input_zero_point) {
+  uint32_t half = (uint32_t)(-input_zero_point) & 0xFFFFu;
+  return half | (half << 16);
+}
+
+/* ---- conv2d --------------------------------------------------------------------------- */
+
+typedef struct {
+  int32_t in_h, in_w, in_c, k_h, k_w, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w;
+  int8_t zero_point;
+} conv_geometry;
+
+static void fill_bytes(int8_t* dst, int8_t value, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) {
+    dst[i] = value;
+  }
+}
+
+static void copy_bytes(int8_t* dst, const int8_t* src, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) {
+    dst[i] = src[i];
+  }
+}
+
+/* The column of output pixel (oy, ox): its k_h * k_w * in_c input values, the input zero
+ * point where a tap falls outside the input, then zero points up to `padded` bytes. */
+static void im2col(const int8_t* input, const conv_geometry* g, int32_t oy, int32_t ox,
+                   int8_t* column, int32_t padded) {
+  int8_t* c = column;
+  int32_t row_bytes = g->k_w * g->in_c;
+  for (int32_t ky = 0; ky < g->k_h; ++ky) {
+    int32_t iy = oy * g->stride_h - g->pad_top + ky * g->dil_h;
+    if (iy < 0 || iy >= g->in_h) {
+      fill_bytes(c, g->zero_point, row_bytes);
+      c += row_bytes;
+      continue;
+    }
+    const int8_t* row = input + (size_t)iy * (size_t)g->in_w * (size_t)g->in_c;
+    int32_t ix0 = ox * g->stride_w - g->pad_left;
+    if (g->dil_w == 1 && ix0 >= 0 && ix0 + g->k_w <= g->in_w) {
+      copy_bytes(c, row + (size_t)ix0 * (size_t)g->in_c, row_bytes);
+      c += row_bytes;
+      continue;
+    }
+    for (int32_t kx = 0; kx < g->k_w; ++kx) {
+      int32_t ix = ix0 + kx * g->dil_w;
+      if (ix < 0 || ix >= g->in_w) {
+        fill_bytes(c, g->zero_point, g->in_c);
+      } else {
+        copy_bytes(c, row + (size_t)ix * (size_t)g->in_c, g->in_c);
+      }
+      c += g->in_c;
+    }
+  }
+  fill_bytes(c, g->zero_point, padded - (int32_t)(c - column));
+}
+
+/* Two columns widened to 16 bits with the input offset added: per group of four values,
+ * [c0: k0, k2] [c0: k1, k3] [c1: k0, k2] [c1: k1, k3], the order the packed weights'
+ * halves take them in. */
+static void widen_pair(const int8_t* c0, const int8_t* c1, int32_t groups, uint32_t offset,
+                       uint32_t* out) {
+  for (int32_t i = 0; i < groups; ++i) {
+    uint32_t a = load32(c0 + 4 * i);
+    uint32_t b = load32(c1 + 4 * i);
+    out[0] = sxtab16(offset, a);
+    out[1] = sxtab16_ror8(offset, a);
+    out[2] = sxtab16(offset, b);
+    out[3] = sxtab16_ror8(offset, b);
+    out += 4;
+  }
+}
+
+/* Two pixels times two output channels over `groups` groups of four k: the accumulators
+ * acc[0] (pixel 0, channel o), acc[1] (0, o + 1), acc[2] (1, o), acc[3] (1, o + 1).
+ * int8 weights: one word per channel and group, widened here. */
+static inline void dot_2x2_w8(const uint32_t* x, const uint32_t* w, int32_t groups,
+                              int32_t* acc) {
+  int32_t a00 = acc[0], a01 = acc[1], a10 = acc[2], a11 = acc[3];
+  const uint32_t* const end = w + 2 * groups;
+  while (w != end) {
+    const uint32_t x0a = x[0], x0b = x[1], x1a = x[2], x1b = x[3];
+    const uint32_t w0 = w[0], w1 = w[1];
+    x += 4;
+    w += 2;
+    uint32_t wa = sxtb16(w0);
+    uint32_t wb = sxtb16_ror8(w0);
+    a00 = smlad(x0a, wa, a00);
+    a10 = smlad(x1a, wa, a10);
+    a00 = smlad(x0b, wb, a00);
+    a10 = smlad(x1b, wb, a10);
+    wa = sxtb16(w1);
+    wb = sxtb16_ror8(w1);
+    a01 = smlad(x0a, wa, a01);
+    a11 = smlad(x1a, wa, a11);
+    a01 = smlad(x0b, wb, a01);
+    a11 = smlad(x1b, wb, a11);
+  }
+  acc[0] = a00;
+  acc[1] = a01;
+  acc[2] = a10;
+  acc[3] = a11;
+}
+
+/* The same with int16 weights, already in the halves' order: two words per channel. On
+ * DSP cores the loop is written out (four LDRD and eight SMLAD per group of four k: the
+ * compiler splits the loads and adds pointer arithmetic). groups >= 1. */
+static inline void dot_2x2_w16(const uint32_t* x, const uint32_t* w, int32_t groups,
+                               int32_t* acc) {
+  int32_t a00 = acc[0], a01 = acc[1], a10 = acc[2], a11 = acc[3];
+  const uint32_t* const end = w + 4 * groups;
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+  uint32_t x0a, x0b, x1a, x1b, wa, wb;
+  __asm__ volatile(
+      "1:\n\t"
+      "ldrd %[x1a], %[x1b], [%[x], #8]\n\t"
+      "ldrd %[x0a], %[x0b], [%[x]], #16\n\t"
+      "ldrd %[wa], %[wb], [%[w]], #16\n\t"
+      "smlad %[a00], %[x0a], %[wa], %[a00]\n\t"
+      "smlad %[a10], %[x1a], %[wa], %[a10]\n\t"
+      "smlad %[a00], %[x0b], %[wb], %[a00]\n\t"
+      "smlad %[a10], %[x1b], %[wb], %[a10]\n\t"
+      "ldrd %[wa], %[wb], [%[w], #-8]\n\t"
+      "smlad %[a01], %[x0a], %[wa], %[a01]\n\t"
+      "smlad %[a11], %[x1a], %[wa], %[a11]\n\t"
+      "smlad %[a01], %[x0b], %[wb], %[a01]\n\t"
+      "smlad %[a11], %[x1b], %[wb], %[a11]\n\t"
+      "cmp %[w], %[end]\n\t"
+      "bne 1b\n\t"
+      : [a00] "+r"(a00), [a01] "+r"(a01), [a10] "+r"(a10), [a11] "+r"(a11), [x] "+r"(x),
+        [w] "+r"(w), [x0a] "=&r"(x0a), [x0b] "=&r"(x0b), [x1a] "=&r"(x1a),
+        [x1b] "=&r"(x1b), [wa] "=&r"(wa), [wb] "=&r"(wb)
+      : [end] "r"(end)
+      : "cc", "memory");
+#else
+  while (w != end) {
+    const uint32_t x0a = x[0], x0b = x[1], x1a = x[2], x1b = x[3];
+    x += 4;
+    uint32_t wa = w[0], wb = w[1];
+    a00 = smlad(x0a, wa, a00);
+    a10 = smlad(x1a, wa, a10);
+    a00 = smlad(x0b, wb, a00);
+    a10 = smlad(x1b, wb, a10);
+    wa = w[2];
+    wb = w[3];
+    w += 4;
+    a01 = smlad(x0a, wa, a01);
+    a11 = smlad(x1a, wa, a11);
+    a01 = smlad(x0b, wb, a01);
+    a11 = smlad(x1b, wb, a11);
+  }
+#endif
+  acc[0] = a00;
+  acc[1] = a01;
+  acc[2] = a10;
+  acc[3] = a11;
+}
+
+int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
+                               const int32_t* bias, const int32_t* multiplier,
+                               const int32_t* shift, int8_t* output, int32_t in_h, int32_t in_w,
+                               int32_t in_c, int32_t out_h, int32_t out_w, int32_t out_c,
+                               int32_t k_h, int32_t k_w, int32_t stride_h, int32_t stride_w,
+                               int32_t pad_top, int32_t pad_left, int32_t dilation_h,
+                               int32_t dilation_w, int32_t input_zero_point,
+                               int32_t output_zero_point, int32_t act_min, int32_t act_max,
+                               int32_t weight_bits, int32_t narrow) {
+  ++conv2d_calls;
+  const int32_t sizes[] = {in_h, in_w, in_c, out_h, out_w, out_c, k_h, k_w,
+                           stride_h, stride_w, dilation_h, dilation_w};
+  const int32_t pads[] = {pad_top, pad_left};
+  if (input == NULL || weights == NULL || bias == NULL || multiplier == NULL || shift == NULL ||
+      output == NULL || !dims_ok(sizes, sizeof(sizes) / sizeof(sizes[0]), 1) ||
+      !dims_ok(pads, 2, 0) || (weight_bits != 8 && weight_bits != 16) ||
+      !quant_ok(input_zero_point, output_zero_point, act_min, act_max) ||
+      !channels_ok(multiplier, shift, out_c)) {
+    return fail(MTVG_ARM_DSP_EARGUMENT, "conv2d: an argument outside the driver's limits");
+  }
+  if ((int64_t)k_h * k_w * in_c > MTVG_ARM_DSP_MAX_DIM) {
+    return fail(MTVG_ARM_DSP_EARGUMENT, "conv2d: a kernel of more than MTVG_ARM_DSP_MAX_DIM "
+                                        "values per output");
+  }
+  const int32_t depth = k_h * k_w * in_c;
+  const int32_t groups = (depth + 3) / 4;
+  const int32_t padded = 4 * groups;
+  int32_t status = take_scratch(6u * (uint32_t)padded);
+  if (status != 0) {
+    return status;
+  }
+  uint32_t* widened = scratch.words;                    /* 4 * padded bytes */
+  int8_t* columns = (int8_t*)(scratch.words + padded);  /* 2 * padded bytes */
+  const conv_geometry g = {in_h, in_w, in_c, k_h, k_w, stride_h, stride_w,
+                           pad_top, pad_left, dilation_h, dilation_w, (int8_t)input_zero_point};
+  const output_stage stage = {output_zero_point, act_min, act_max, narrow};
+  /* A 1x1 kernel without padding over whole groups reads its column in place. */
+  const int in_place = k_h == 1 && k_w == 1 && pad_top == 0 && pad_left == 0 && in_c % 4 == 0;
+  const uint32_t offset = offset_pair(input_zero_point);
+  const int32_t pixels = out_h * out_w;
+  const int32_t pair_words = (weight_bits / 4) * groups; /* per pair of output channels */
+  for (int32_t p = 0; p < pixels; p += 2) {
+    const int32_t q = p + 1 < pixels ? p + 1 : p;
+    const int32_t pix[2] = {p, q};
+    const int8_t* col[2];
+    for (int n = 0; n < 2; ++n) {
+      const int32_t oy = pix[n] / out_w;
+      const int32_t ox = pix[n] % out_w;
+      if (in_place) {
+        col[n] = input + ((size_t)oy * (size_t)stride_h * (size_t)in_w +
+                          (size_t)ox * (size_t)stride_w) * (size_t)in_c;
+      } else {
+        col[n] = columns + n * padded;
+        im2col(input, &g, oy, ox, columns + n * padded, padded);
+      }
+    }
+    widen_pair(col[0], col[1], groups, offset, widened);
+    int8_t* out0 = output + (size_t)p * (size_t)out_c;
+    int8_t* out1 = output + (size_t)q * (size_t)out_c;
+    const uint32_t* w = weights;
+    for (int32_t o = 0; o < out_c; o += 2, w += pair_words) {
+      int32_t acc[4] = {bias[o], bias[o + 1], bias[o], bias[o + 1]};
+      if (weight_bits == 16) {
+        dot_2x2_w16(widened, w, groups, acc);
+      } else {
+        dot_2x2_w8(widened, w, groups, acc);
+      }
+      out0[o] = requantize(acc[0], multiplier[o], shift[o], &stage);
+      out1[o] = requantize(acc[2], multiplier[o], shift[o], &stage);
+      if (o + 1 < out_c) {
+        out0[o + 1] = requantize(acc[1], multiplier[o + 1], shift[o + 1], &stage);
+        out1[o + 1] = requantize(acc[3], multiplier[o + 1], shift[o + 1], &stage);
+      }
+    }
+  }
+  return 0;
+}
+
+/* ---- depthwise_conv2d ------------------------------------------------------------------- */
+
+/* One channel outside the groups of four: lane l of its group reads word l % 2's half
+ * l / 2 of each tap. */
+static int32_t tail_dot(const int8_t* const* taps, const uint32_t* w, int32_t count,
+                        int32_t channel, int32_t lane, int32_t offset, int32_t acc) {
+  for (int32_t t = 0; t < count; ++t) {
+    const uint32_t word = w[2 * t + (lane & 1)];
+    const uint32_t half = (lane & 2) ? word >> 16 : word & 0xFFFFu;
+    const int32_t weight = (int32_t)(half ^ 0x8000u) - 0x8000;
+    acc += weight * (taps[t][channel] + offset);
+  }
+  return acc;
+}
+
+int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
+    const int8_t* input, const uint32_t* weights, const int32_t* bias,
+    const int32_t* multiplier, const int32_t* shift, int8_t* output, int32_t in_h, int32_t in_w,
+    int32_t c, int32_t out_h, int32_t out_w, int32_t k_h, int32_t k_w, int32_t stride_h,
+    int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h, int32_t dilation_w,
+    int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
+    int32_t narrow) {
+  ++depthwise_calls;
+  const int32_t sizes[] = {in_h, in_w, c, out_h, out_w, k_h, k_w,
+                           stride_h, stride_w, dilation_h, dilation_w};
+  const int32_t pads[] = {pad_top, pad_left};
+  if (input == NULL || weights == NULL || bias == NULL || multiplier == NULL || shift == NULL ||
+      output == NULL || !dims_ok(sizes, sizeof(sizes) / sizeof(sizes[0]), 1) ||
+      !dims_ok(pads, 2, 0) || (int64_t)k_h * k_w > MTVG_ARM_DSP_MAX_TAPS ||
+      !quant_ok(input_zero_point, output_zero_point, act_min, act_max) ||
+      !channels_ok(multiplier, shift, c)) {
+    return fail(MTVG_ARM_DSP_EARGUMENT,
+                "depthwise_conv2d: an argument outside the driver's limits");
+  }
+  const int32_t taps = k_h * k_w;
+  const int32_t padded_c = (c + 3) / 4 * 4;
+  const uint32_t table_bytes = (uint32_t)taps * (uint32_t)sizeof(const int8_t*);
+  int32_t status = take_scratch(table_bytes + (uint32_t)padded_c);
+  if (status != 0) {
+    return status;
+  }
+  /* The tap pointers first (aligned), then a row of zero points for taps outside. */
+  const int8_t** tap = (const int8_t**)(void*)scratch.words;
+  int8_t* pad_row = (int8_t*)scratch.words + table_bytes;
+  fill_bytes(pad_row, (int8_t)input_zero_point, padded_c);
+  const output_stage stage = {output_zero_point, act_min, act_max, narrow};
+  const uint32_t offset = offset_pair(input_zero_point);
+  const int32_t full = c / 4;
+  for (int32_t oy = 0; oy < out_h; ++oy) {
+    for (int32_t ox = 0; ox < out_w; ++ox) {
+      int32_t t = 0;
+      for (int32_t ky = 0; ky < k_h; ++ky) {
+        const int32_t iy = oy * stride_h - pad_top + ky * dilation_h;
+        for (int32_t kx = 0; kx < k_w; ++kx) {
+          const int32_t ix = ox * stride_w - pad_left + kx * dilation_w;
+          tap[t++] = (iy < 0 || iy >= in_h || ix < 0 || ix >= in_w)
+                         ? pad_row
+                         : input + ((size_t)iy * (size_t)in_w + (size_t)ix) * (size_t)c;
+        }
+      }
+      int8_t* out = output + ((size_t)oy * (size_t)out_w + (size_t)ox) * (size_t)c;
+      const uint32_t* w = weights;
+      for (int32_t grp = 0; grp < full; ++grp) {
+        const int32_t ch = 4 * grp;
+        int32_t a0 = bias[ch], a1 = bias[ch + 1], a2 = bias[ch + 2], a3 = bias[ch + 3];
+        const int8_t* const* tp = tap;
+        const uint32_t* const end = w + 2 * taps;
+        while (w != end) {
+          const uint32_t x = load32(*tp++ + ch);
+          const uint32_t x02 = sxtab16(offset, x);
+          const uint32_t x13 = sxtab16_ror8(offset, x);
+          const uint32_t w02 = w[0], w13 = w[1];
+          w += 2;
+          a0 = smlabb(x02, w02, a0);
+          a2 = smlatt(x02, w02, a2);
+          a1 = smlabb(x13, w13, a1);
+          a3 = smlatt(x13, w13, a3);
+        }
+        out[ch] = requantize(a0, multiplier[ch], shift[ch], &stage);
+        out[ch + 1] = requantize(a1, multiplier[ch + 1], shift[ch + 1], &stage);
+        out[ch + 2] = requantize(a2, multiplier[ch + 2], shift[ch + 2], &stage);
+        out[ch + 3] = requantize(a3, multiplier[ch + 3], shift[ch + 3], &stage);
+      }
+      for (int32_t ch = 4 * full; ch < c; ++ch) {
+        int32_t acc = tail_dot(tap, w, taps, ch, ch % 4, -input_zero_point, bias[ch]);
+        out[ch] = requantize(acc, multiplier[ch], shift[ch], &stage);
+      }
+    }
+  }
+  return 0;
+}
+
+void mtvg_arm_dsp_counters(mtvg_accel_emit_fn emit) {
+  emit(MTVG_ARM_DSP_NAME, "conv2d_calls", conv2d_calls);
+  emit(MTVG_ARM_DSP_NAME, "depthwise_conv2d_calls", depthwise_calls);
+  emit(MTVG_ARM_DSP_NAME, "scratch_bytes", (uint64_t)sizeof(scratch.words));
+  emit(MTVG_ARM_DSP_NAME, "scratch_peak_bytes", (uint64_t)scratch_peak);
+}

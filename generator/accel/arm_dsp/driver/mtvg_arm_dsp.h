@@ -1,0 +1,103 @@
+/*
+ * microtvm-gen accelerator driver: the `arm-dsp` plugin, our own int8 convolutions for
+ * cores with the Arm DSP extension (Cortex-M4, M7, M33, M55: SXTAB16, SXTB16, SMLAD through
+ * <arm_acle.h>). Elsewhere (the host) the same code runs on portable C versions of those
+ * instructions, bit for bit the same.
+ *
+ * Generated kernels call these functions through tir.call_extern: pointers and int32_t
+ * scalars in, int32_t out (0 when the output is written, MTVG_ARM_DSP_E* otherwise, after
+ * mtvg_accel_error("arm-dsp", reason)). Arithmetic and layouts are TFLite's (batch 1, NHWC,
+ * per-channel multiplier and shift, shift positive = left, double rounding as TFLite's
+ * MultiplyByQuantizedMultiplier), so outputs are byte-equal with TFLite Micro's reference
+ * kernels. Zero points are the model's; the input offset (-input_zero_point) is added to
+ * every input value as it is widened to 16 bits, and padding reads the input zero point, so
+ * the model's bias is used as it is.
+ *
+ * Weights come re-laid out by the exporter (generator/accel/arm_dsp/layout.py), packed four
+ * int8 or two int16 per uint32_t, little-endian:
+ *
+ *   conv2d: K = k_h * k_w * in_c in TFLite's (k_h, k_w, in_c) order, padded with zeros to
+ *     K4 = align_4(K); output channels padded to an even count. For each pair of output
+ *     channels (o, o + 1), for each group of four k (k0..k3):
+ *       weight_bits 8:  one word of o's four int8 weights, then one of o + 1's;
+ *       weight_bits 16: o's (k0, k2) and (k1, k3) as int16 pairs (low half first), then
+ *                       o + 1's: twice the flash, no widening in the inner loop.
+ *     bias, multiplier and shift are padded to the even count too.
+ *   depthwise_conv2d (channel multiplier 1): channels padded to C4 = align_4(c). For each
+ *     group of four channels (c0..c3), for each tap in (k_h, k_w) order: two words of int16
+ *     pairs, (c0, c2) and (c1, c3).
+ *
+ * `narrow` (both kernels): 1 when the exporter has shown that every channel's shift is
+ * negative and every accumulator, doubled, fits int32_t; the output stage is then SMMULR and
+ * one rounding shift. 0 takes the general form (64-bit product, any shift).
+ *
+ * Scratch: one static buffer of MTVG_ARM_DSP_SCRATCH_BYTES serves every call (calls run one
+ * after another); the exporter sizes it from the largest need (bytes):
+ *   conv2d:           6 * K4   (two pixels' int8 columns and their widened int16 words)
+ *   depthwise_conv2d: k_h * k_w * sizeof(void*) + C4   (the pixel's tap pointers, a row of
+ *                     input zero points for taps outside the input)
+ */
+#ifndef MTVG_ARM_DSP_H_
+#define MTVG_ARM_DSP_H_
+
+#include <stdint.h>
+
+#include "mtvg/accel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*! \brief The name failures and counters are reported under. */
+#define MTVG_ARM_DSP_NAME "arm-dsp"
+
+#ifndef MTVG_ARM_DSP_SCRATCH_BYTES
+/*! \brief Bytes of the one scratch buffer (the project sets it from the model's needs). */
+#define MTVG_ARM_DSP_SCRATCH_BYTES 4096
+#endif
+
+/*! \brief Largest dimension, stride, padding or dilation a call takes (index products of
+ * these stay within int32_t for the tensors a microcontroller holds). */
+#define MTVG_ARM_DSP_MAX_DIM 32767
+
+/*! \brief Largest number of taps (k_h * k_w) of a depthwise kernel. */
+#define MTVG_ARM_DSP_MAX_TAPS 1024
+
+/*! \brief Failure codes. */
+#define MTVG_ARM_DSP_EARGUMENT 1 /* a NULL pointer or a value outside the limits above */
+#define MTVG_ARM_DSP_ESCRATCH 2  /* the scratch buffer is smaller than the call needs */
+
+/*!
+ * \brief conv2d, int8 NHWC, any kernel size, stride, padding and dilation.
+ * \param weights packed as the header says; bias, multiplier, shift: align_2(out_c) each.
+ */
+int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
+                               const int32_t* bias, const int32_t* multiplier,
+                               const int32_t* shift, int8_t* output, int32_t in_h, int32_t in_w,
+                               int32_t in_c, int32_t out_h, int32_t out_w, int32_t out_c,
+                               int32_t k_h, int32_t k_w, int32_t stride_h, int32_t stride_w,
+                               int32_t pad_top, int32_t pad_left, int32_t dilation_h,
+                               int32_t dilation_w, int32_t input_zero_point,
+                               int32_t output_zero_point, int32_t act_min, int32_t act_max,
+                               int32_t weight_bits, int32_t narrow);
+
+/*!
+ * \brief depthwise_conv2d with channel multiplier 1 (out_c == in_c == c), int8 NHWC.
+ * \param weights packed as the header says; bias, multiplier, shift: c each.
+ */
+int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
+    const int8_t* input, const uint32_t* weights, const int32_t* bias,
+    const int32_t* multiplier, const int32_t* shift, int8_t* output, int32_t in_h, int32_t in_w,
+    int32_t c, int32_t out_h, int32_t out_w, int32_t k_h, int32_t k_w, int32_t stride_h,
+    int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h, int32_t dilation_w,
+    int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
+    int32_t narrow);
+
+/*! \brief Counters (mtvg/accel.h): calls per operator, scratch size and peak. */
+void mtvg_arm_dsp_counters(mtvg_accel_emit_fn emit);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MTVG_ARM_DSP_H_ */

@@ -1,0 +1,65 @@
+"""The `arm-dsp` driver's weight layouts (driver/mtvg_arm_dsp.h describes them), built at
+export so the kernels read each weight word once per use with no reordering; and the bound
+that lets a call take the one-instruction multiply of its output stage.
+
+Every packed array is uint32 words of four int8 or two int16 values, little-endian."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Within a group of four k, the order the widened halves take them in: (k0, k2), (k1, k3).
+HALVES_ORDER = (0, 2, 1, 3)
+
+
+def _words(values: np.ndarray, dtype: str) -> np.ndarray:
+    """`values` (int8 or int16, C order) reinterpreted as little-endian uint32 words."""
+    packed = np.ascontiguousarray(values.astype(dtype)).view("<u4")
+    return packed.reshape(-1).astype(np.uint32)
+
+
+def pad_channels(values: np.ndarray, count: int) -> np.ndarray:
+    """A per-output-channel array (bias, multiplier, shift) padded with zeros to `count`."""
+    out = np.zeros(count, dtype=values.dtype)
+    out[:values.size] = values.reshape(-1)
+    return out
+
+
+def conv_weights(weights: np.ndarray, bits: int = 8) -> np.ndarray:
+    """TFLite conv2d weights (out_c, k_h, k_w, in_c) as pairs of output channels: per group
+    of four k, channel o's weights then o + 1's, as four int8 (bits 8) or as two int16 pairs
+    in HALVES_ORDER (bits 16)."""
+    out_c = weights.shape[0]
+    depth = int(np.prod(weights.shape[1:]))
+    groups = (depth + 3) // 4
+    padded = np.zeros((out_c + out_c % 2, 4 * groups), dtype=np.int8)
+    padded[:out_c, :depth] = weights.reshape(out_c, depth)
+    pairs = padded.reshape(-1, 2, groups, 4).transpose(0, 2, 1, 3)
+    if bits == 16:
+        return _words(pairs[..., list(HALVES_ORDER)], "int16")
+    return _words(pairs, "int8")
+
+
+def depthwise_weights(weights: np.ndarray, taps: int) -> np.ndarray:
+    """Depthwise weights (k_h, k_w, c): per group of four channels, per tap, the int16 pairs
+    (c0, c2) and (c1, c3)."""
+    channels = weights.size // taps
+    groups = (channels + 3) // 4
+    padded = np.zeros((taps, 4 * groups), dtype=np.int16)
+    padded[:, :channels] = weights.reshape(taps, channels)
+    laid = padded.reshape(taps, groups, 4).transpose(1, 0, 2)[..., list(HALVES_ORDER)]
+    return _words(laid, "int16")
+
+
+def narrow(weights: np.ndarray, bias: np.ndarray, shift: np.ndarray, depthwise: bool) -> bool:
+    """Whether the layer's output stage can take the short path (mtvg_arm_dsp.h): every
+    channel's shift negative (a right shift only) and every accumulator, doubled, within
+    int32: |bias| + 255 · Σ|w| per output channel (inputs plus offset lie in [-255, 255])
+    below 2^30."""
+    if (shift >= 0).any():
+        return False
+    w = np.abs(weights.astype(np.int64))
+    per_channel = w.reshape(-1, w.shape[-1]).sum(axis=0) if depthwise \
+        else w.reshape(w.shape[0], -1).sum(axis=1)
+    bound = np.abs(bias.astype(np.int64)) + 255 * per_channel
+    return bool((bound < (1 << 30)).all())

@@ -1,0 +1,227 @@
+"""The `arm-dsp` accelerator's C kernels (generator/accel/arm_dsp/driver) against TFLite.
+
+The driver is built with the host gcc under ASan/UBSan (its portable versions of SXTAB16,
+SXTB16 and SMLAD) into a program that reads cases on stdin; every output is compared bit for
+bit with the numpy reference of TFLite's kernels in tests/test_cmsis_nn_glue.py, on the same
+random shapes (padding, stride 2, dilation, per-tensor and per-channel scales, left shifts),
+with the weights packed by the plugin's own layout functions. The driver is also
+cross-compiled with -Werror for the DSP cores; the QEMU boards run it end to end in
+tests/test_accelerators.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from generator.accel.arm_dsp import conv_scratch, depthwise_scratch, layout
+from tests.conftest import REPO
+from tests.test_cmsis_nn_glue import (
+    SANITIZE,
+    STRICT,
+    Conv,
+    conv_cases,
+    depthwise_cases,
+    random_conv,
+)
+
+DRIVER = REPO / "generator" / "accel" / "arm_dsp" / "driver"
+COMMON = REPO / "templates" / "common"
+
+HARNESS = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "mtvg_arm_dsp.h"
+
+/* Reads cases: op (0 conv2d, 1 depthwise), 20 scalars (conv2d's order; depthwise skips
+ * out_c and weight_bits), four arrays (packed weights as uint32, bias, multiplier, shift as int32) with
+ * their lengths, the input (int8) and the output length. Prints the status and outputs. */
+static int rd(long* v) { return scanf("%ld", v) == 1; }
+
+int main(void) {
+  long op, v, n;
+  while (rd(&op)) {
+    int32_t s[20];
+    for (int i = 0; i < 20; ++i) { if (!rd(&v)) return 2; s[i] = (int32_t)v; }
+    int32_t* arr[4];
+    for (int a = 0; a < 4; ++a) {
+      if (!rd(&n)) return 2;
+      arr[a] = malloc((size_t)n * 4u);
+      for (long i = 0; i < n; ++i) { if (!rd(&v)) return 2; arr[a][i] = (int32_t)v; }
+    }
+    if (!rd(&n)) return 2;
+    int8_t* in = malloc((size_t)n);
+    for (long i = 0; i < n; ++i) { if (!rd(&v)) return 2; in[i] = (int8_t)v; }
+    if (!rd(&n)) return 2;
+    int8_t* out = calloc((size_t)n, 1);
+    mtvg_accel_clear();
+    const uint32_t* w = (const uint32_t*)arr[0];
+    int32_t st = op == 0
+        ? mtvg_arm_dsp_conv2d_s8(in, w, arr[1], arr[2], arr[3], out, s[0], s[1], s[2], s[3],
+                                 s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12],
+                                 s[13], s[14], s[15], s[16], s[17], s[18], s[19])
+        : mtvg_arm_dsp_depthwise_conv2d_s8(in, w, arr[1], arr[2], arr[3], out, s[0], s[1],
+                                           s[2], s[3], s[4], s[6], s[7], s[8], s[9], s[10],
+                                           s[11], s[12], s[13], s[14], s[15], s[16], s[17],
+                                           s[19]);
+    mtvg_accel_check(st);
+    printf("%ld", (long)st);
+    for (long i = 0; i < n; ++i) printf(" %d", out[i]);
+    printf("|%s\n", mtvg_accel_message());
+    free(out);
+    free(in);
+    for (int a = 0; a < 4; ++a) free(arr[a]);
+  }
+  return 0;
+}
+"""
+
+
+def build(dest: Path, scratch_bytes: int) -> Path:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    (dest / "harness.c").write_text(HARNESS)
+    exe = dest / f"harness_{scratch_bytes}"
+    subprocess.run(["gcc", *STRICT, "-O1", "-g", *SANITIZE, f"-I{COMMON / 'include'}",
+                    f"-I{DRIVER}", f"-DMTVG_ARM_DSP_SCRATCH_BYTES={scratch_bytes}",
+                    str(dest / "harness.c"), str(DRIVER / "mtvg_arm_dsp.c"),
+                    str(COMMON / "src" / "accel.c"), "-o", str(exe)], check=True)
+    return exe
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory) -> Path:
+    return build(tmp_path_factory.mktemp("arm_dsp"), 1 << 16)
+
+
+def encode(case: Conv, bits: int, narrow: bool) -> str:
+    """The case as the harness reads it, its weights packed as the plugin packs them;
+    `narrow` is used only where the plugin's bound allows it."""
+    call = case.call()
+    out_c = case.out_c
+    if case.depthwise:
+        taps = case.k_hw[0] * case.k_hw[1]
+        packed, count = layout.depthwise_weights(case.w, taps), out_c
+    else:
+        packed, count = layout.conv_weights(case.w, bits), out_c + out_c % 2
+    bias = case.bias if case.bias is not None else np.zeros(out_c, np.int32)
+    narrow = narrow and layout.narrow(case.w, bias, case.shift, case.depthwise)
+    arrays = [packed.view(np.int32), *(layout.pad_channels(a.astype(np.int32), count)
+                                       for a in (bias, case.mult, case.shift))]
+    parts = ["1" if case.depthwise else "0", *map(str, call.scalars), str(bits),
+             str(int(narrow))]
+    for a in arrays:
+        parts += [str(a.size), *map(str, a.reshape(-1).tolist())]
+    parts += [str(case.x.size), *map(str, case.x.reshape(-1).tolist()), str(call.out_len)]
+    return " ".join(parts)
+
+
+def run_cases(exe: Path, cases: list[Conv], bits: int = 16, narrow: bool = True
+              ) -> list[tuple[int, np.ndarray, str]]:
+    text = "\n".join(encode(c, bits, narrow) for c in cases) + "\n"
+    proc = subprocess.run([str(exe)], input=text, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = []
+    for line in proc.stdout.splitlines():
+        values, _, message = line.partition("|")
+        nums = [int(v) for v in values.split()]
+        out.append((nums[0], np.array(nums[1:], dtype=np.int64), message))
+    assert len(out) == len(cases)
+    return out
+
+
+def assert_bit_exact(exe: Path, cases: list[Conv], bits: int, narrow: bool) -> None:
+    for i, ((status, got, message), case) in enumerate(
+            zip(run_cases(exe, cases, bits, narrow), cases, strict=True)):
+        want = case.reference()
+        assert status == 0, f"case {i}: {message}"
+        diff = np.flatnonzero(got != want)
+        assert diff.size == 0, (f"case {i} ({case.x.shape} k{case.k_hw} s{case.stride} "
+                                f"p{case.pad} d{case.dilation}): {diff.size} of {want.size} "
+                                f"differ, first at {diff[0]}: {got[diff[0]]} vs {want[diff[0]]}")
+
+
+def kws_like_cases(rng) -> list[Conv]:
+    """The shapes kws and MobileNet-style models run: a 10x4 stride-2 first layer on one
+    channel, 3x3 depthwise with pad 1 on 64 channels, 1x1 over 64, odd channel counts."""
+    return [
+        random_conv(rng, False, in_hw=(49, 10), in_c=1, k_hw=(10, 4), stride=(2, 2),
+                    out_c=64),
+        random_conv(rng, False, in_hw=(5, 5), in_c=64, k_hw=(1, 1), out_c=64),
+        random_conv(rng, False, in_hw=(3, 5), in_c=12, k_hw=(1, 1), out_c=7),
+        random_conv(rng, False, in_hw=(4, 3), in_c=6, k_hw=(1, 1), out_c=5),
+        random_conv(rng, True, in_hw=(25, 5), in_c=64, k_hw=(3, 3)),
+        random_conv(rng, True, in_hw=(6, 6), in_c=10, k_hw=(3, 3), stride=(2, 2)),
+    ]
+
+
+def test_layouts_place_each_weight_where_the_header_says():
+    w = np.arange(3 * 1 * 1 * 5, dtype=np.int8).reshape(3, 1, 1, 5)  # out 3, K 5
+    words = layout.conv_weights(w, 8)
+    # K padded to 8 (two groups), out_c to 4 (two pairs): 2 pairs x 2 groups x 2 words
+    assert words.size == 8
+    as_bytes = words.view(np.int8).reshape(2, 2, 2, 4)  # pair, group, channel, k
+    assert as_bytes[0, 0, 1].tolist() == [5, 6, 7, 8]  # channel 1, k 0..3
+    assert as_bytes[0, 1, 0].tolist() == [4, 0, 0, 0]  # channel 0, k 4 then zeros
+    assert as_bytes[1, 0, 1].tolist() == [0, 0, 0, 0]  # channel 3 does not exist
+    halves = layout.conv_weights(w, 16).view(np.int16).reshape(2, 2, 2, 4)
+    assert halves[0, 0, 1].tolist() == [5, 7, 6, 8]  # (k0, k2), (k1, k3)
+    d = np.arange(3 * 3 * 6, dtype=np.int8).reshape(3, 3, 6)  # 9 taps, 6 channels
+    halves = layout.depthwise_weights(d, 9).view(np.int16).reshape(2, 9, 4)  # group, tap
+    assert halves[0, 4].tolist() == [d[1, 1, 0], d[1, 1, 2], d[1, 1, 1], d[1, 1, 3]]
+    assert halves[1, 8].tolist() == [d[2, 2, 4], 0, d[2, 2, 5], 0]  # channels 6, 7: none
+
+
+def test_narrow_bound_takes_bias_weights_and_shifts():
+    w = np.full((2, 1, 1, 4), -128, np.int8)  # Σ|w| = 512 per channel: 130,560 at most
+    shift = np.array([-1, -5], np.int32)
+    assert layout.narrow(w, np.array([0, 0], np.int32), shift, False)
+    assert not layout.narrow(w, np.array([0, (1 << 30) - 130_560], np.int32), shift, False)
+    assert layout.narrow(w, np.array([0, (1 << 30) - 130_561], np.int32), shift, False)
+    assert not layout.narrow(w, np.zeros(2, np.int32), np.array([-1, 0], np.int32), False)
+
+
+@pytest.mark.parametrize(("bits", "narrow"), [(16, True), (8, True), (16, False)])
+def test_conv2d_bit_exact(harness, bits, narrow):
+    rng = np.random.default_rng(11)
+    assert_bit_exact(harness, conv_cases(rng) + [c for c in kws_like_cases(rng)
+                                                 if not c.depthwise], bits, narrow)
+
+
+@pytest.mark.parametrize("narrow", [True, False])
+def test_depthwise_conv2d_bit_exact(harness, narrow):
+    rng = np.random.default_rng(12)
+    cases = [c for c in depthwise_cases(rng) if c.out_c == c.x.shape[2]]
+    assert len(cases) >= 10
+    assert_bit_exact(harness, cases + [c for c in kws_like_cases(rng) if c.depthwise], 16,
+                     narrow)
+
+
+def test_scratch_bounds_are_what_the_calls_take(tmp_path):
+    """A harness with exactly the plugin's bound runs the case; one byte less fails with
+    the scratch error (the words are rounded down, so less by a word)."""
+    rng = np.random.default_rng(13)
+    conv = random_conv(rng, False, in_hw=(6, 6), in_c=5, k_hw=(3, 3), out_c=3)
+    dw = random_conv(rng, True, in_hw=(6, 6), in_c=6, k_hw=(3, 3))
+    for case, need in ((conv, conv_scratch(45)), (dw, depthwise_scratch(6, 9))):
+        (status, _, _), = run_cases(build(tmp_path, need), [case])
+        assert status == 0
+        (status, _, message), = run_cases(build(tmp_path, need - 4), [case])
+        assert status == 2 and "MTVG_ARM_DSP_SCRATCH_BYTES" in message
+
+
+@pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m33", "cortex-m55"])
+def test_driver_cross_compiles_with_dsp_instructions(tmp_path, cpu):
+    if shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("arm-none-eabi-gcc is not installed")
+    obj = tmp_path / "d.o"
+    subprocess.run(["arm-none-eabi-gcc", *STRICT, "-O2", "-mthumb", f"-mcpu={cpu}",
+                    f"-I{COMMON / 'include'}", "-c", str(DRIVER / "mtvg_arm_dsp.c"),
+                    "-o", str(obj)], check=True)
+    dump = subprocess.run(["arm-none-eabi-objdump", "-d", str(obj)], capture_output=True,
+                          text=True, check=True).stdout
+    assert "smlad" in dump and "sxtab16" in dump and "sxtb16" in dump
