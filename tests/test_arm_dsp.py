@@ -38,7 +38,8 @@ HARNESS = r"""
 #include "mtvg_arm_dsp.h"
 
 /* Reads cases: op (0 conv2d, 1 depthwise), 20 scalars (conv2d's order; depthwise skips
- * out_c and weight_bits), four arrays (packed weights as uint32, bias, multiplier, shift as int32) with
+ * out_c and weight_bits), five arrays (packed weights as uint32, bias, multiplier, shift,
+ * addend as int32) with
  * their lengths, the input (int8) and the output length. Prints the status and outputs. */
 static int rd(long* v) { return scanf("%ld", v) == 1; }
 
@@ -47,8 +48,8 @@ int main(void) {
   while (rd(&op)) {
     int32_t s[20];
     for (int i = 0; i < 20; ++i) { if (!rd(&v)) return 2; s[i] = (int32_t)v; }
-    int32_t* arr[4];
-    for (int a = 0; a < 4; ++a) {
+    int32_t* arr[5];
+    for (int a = 0; a < 5; ++a) {
       if (!rd(&n)) return 2;
       arr[a] = malloc((size_t)n * 4u);
       for (long i = 0; i < n; ++i) { if (!rd(&v)) return 2; arr[a][i] = (int32_t)v; }
@@ -61,10 +62,10 @@ int main(void) {
     mtvg_accel_clear();
     const uint32_t* w = (const uint32_t*)arr[0];
     int32_t st = op == 0
-        ? mtvg_arm_dsp_conv2d_s8(in, w, arr[1], arr[2], arr[3], out, s[0], s[1], s[2], s[3],
+        ? mtvg_arm_dsp_conv2d_s8(in, w, arr[1], arr[2], arr[3], arr[4], out, s[0], s[1], s[2], s[3],
                                  s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12],
                                  s[13], s[14], s[15], s[16], s[17], s[18], s[19])
-        : mtvg_arm_dsp_depthwise_conv2d_s8(in, w, arr[1], arr[2], arr[3], out, s[0], s[1],
+        : mtvg_arm_dsp_depthwise_conv2d_s8(in, w, arr[1], arr[2], arr[3], arr[4], out, s[0], s[1],
                                            s[2], s[3], s[4], s[6], s[7], s[8], s[9], s[10],
                                            s[11], s[12], s[13], s[14], s[15], s[16], s[17],
                                            s[19]);
@@ -74,7 +75,7 @@ int main(void) {
     printf("|%s\n", mtvg_accel_message());
     free(out);
     free(in);
-    for (int a = 0; a < 4; ++a) free(arr[a]);
+    for (int a = 0; a < 5; ++a) free(arr[a]);
   }
   return 0;
 }
@@ -110,8 +111,10 @@ def encode(case: Conv, bits: int, narrow: bool) -> str:
         packed, count = layout.conv_weights(case.w, bits), out_c + out_c % 2
     bias = case.bias if case.bias is not None else np.zeros(out_c, np.int32)
     narrow = narrow and layout.narrow(case.w, bias, case.shift, case.depthwise)
-    arrays = [packed.view(np.int32), *(layout.pad_channels(a.astype(np.int32), count)
-                                       for a in (bias, case.mult, case.shift))]
+    channels = [layout.pad_channels(a.astype(np.int32), count)
+                for a in (bias, case.mult, case.shift)]
+    arrays = [packed.view(np.int32), *channels,
+              layout.addend(channels[2], case.zp_out, narrow)]
     parts = ["1" if case.depthwise else "0", *map(str, call.scalars), str(bits),
              str(int(narrow))]
     for a in arrays:
@@ -207,7 +210,7 @@ def test_scratch_bounds_are_what_the_calls_take(tmp_path):
     rng = np.random.default_rng(13)
     conv = random_conv(rng, False, in_hw=(6, 6), in_c=5, k_hw=(3, 3), out_c=3)
     dw = random_conv(rng, True, in_hw=(6, 6), in_c=6, k_hw=(3, 3))
-    for case, need in ((conv, conv_scratch(45)), (dw, depthwise_scratch(6, 9))):
+    for case, need in ((conv, conv_scratch(45, 3)), (dw, depthwise_scratch(6, 9))):
         (status, _, _), = run_cases(build(tmp_path, need), [case])
         assert status == 0
         (status, _, message), = run_cases(build(tmp_path, need - 4), [case])

@@ -38,16 +38,16 @@ MAX_TAPS = abi.header_constant(DRIVER_HEADER, "MTVG_ARM_DSP_MAX_TAPS")
 SHIFT_RANGE = (-31, 30)
 
 
-def conv_scratch(depth: int) -> int:
+def conv_scratch(depth: int, out_c: int) -> int:
     """Scratch bytes of a conv2d whose kernel holds `depth` values per output (the header's
-    bound: two int8 columns and their widened words)."""
-    return 6 * ((depth + 3) // 4 * 4)
+    bound: two pixels' int8 columns, their widened words and their int32 sums)."""
+    return 6 * ((depth + 3) // 4 * 4) + 8 * (out_c + out_c % 2)
 
 
 def depthwise_scratch(channels: int, taps: int) -> int:
-    """Scratch bytes of a depthwise convolution: the tap pointers (8 bytes each: room for
-    64-bit hosts) and a padding row."""
-    return 8 * taps + (channels + 3) // 4 * 4
+    """Scratch bytes of a depthwise convolution: the pixel's sums, the tap pointers (8 bytes
+    each: room for 64-bit hosts) and a padding row."""
+    return 5 * ((channels + 3) // 4 * 4) + 8 * taps
 
 
 class ArmDsp(Accelerator):
@@ -109,22 +109,24 @@ class ArmDsp(Accelerator):
         bits = 16 if options.get("weights", "int16") == "int16" else 8
         packed = layout.depthwise_weights(t["weights"], taps) if depthwise \
             else layout.conv_weights(t["weights"], bits)
-        narrow = int(layout.narrow(t["weights"], t["bias"], t["shift"], depthwise))
-        consts = [packed, *(layout.pad_channels(t[n], count).astype(np.int32)
-                            for n in ("bias", "multiplier", "shift"))]
+        narrow = layout.narrow(t["weights"], t["bias"], t["shift"], depthwise)
+        channels = {n: layout.pad_channels(t[n], count).astype(np.int32)
+                    for n in ("bias", "multiplier", "shift")}
+        channels["addend"] = layout.addend(channels["shift"], p["output_zero_point"], narrow)
+        consts = [packed, *channels.values()]
         params = [Param("input", op.input_shapes[0], "int8"),
                   *(Param(n, v.shape, str(v.dtype)) for n, v in
-                    zip(("weights", "bias", "multiplier", "shift"), consts, strict=True)),
+                    zip(("weights", *channels), consts, strict=True)),
                   Param("output", op.output_shape, "int8")]
         geometry = [h, w, c, oh, ow] + ([] if depthwise else [o]) + [
             kh, kw, sh, sw, pt, pl, dh, dw, p["input_zero_point"], p["output_zero_point"],
-            p["act_min"], p["act_max"]] + ([narrow] if depthwise else [bits, narrow])
+            p["act_min"], p["act_max"]] + ([int(narrow)] if depthwise else [bits, int(narrow)])
         symbol = "mtvg_arm_dsp_depthwise_conv2d_s8" if depthwise else "mtvg_arm_dsp_conv2d_s8"
         func = extern_kernel(self.name, symbol, params, [
-            "input", "weights", "bias", "multiplier", "shift", "output", *geometry])
+            "input", "weights", "bias", "multiplier", "shift", "addend", "output", *geometry])
         in_taps = valid_taps(oh, h, kh, sh, pt, dh) * valid_taps(ow, w, kw, sw, pl, dw)
         macs = o * in_taps * (1 if depthwise else c)
-        scratch = depthwise_scratch(c, taps) if depthwise else conv_scratch(kh * kw * c)
+        scratch = depthwise_scratch(c, taps) if depthwise else conv_scratch(kh * kw * c, o)
         return Lowering(func, consts, macs, scratch)
 
     def driver(self, options, board) -> Driver:

@@ -51,15 +51,29 @@ def depthwise_weights(weights: np.ndarray, taps: int) -> np.ndarray:
     return _words(laid, "int16")
 
 
+# The short output stage's right shifts (mtvg_arm_dsp.h): e in [1, 22] keeps the addend
+# 2^(e-1) + zero_point · 2^e and the sum with the multiply's result within int32.
+NARROW_SHIFTS = (-22, -1)
+
+
 def narrow(weights: np.ndarray, bias: np.ndarray, shift: np.ndarray, depthwise: bool) -> bool:
     """Whether the layer's output stage can take the short path (mtvg_arm_dsp.h): every
-    channel's shift negative (a right shift only) and every accumulator, doubled, within
-    int32: |bias| + 255 · Σ|w| per output channel (inputs plus offset lie in [-255, 255])
-    below 2^30."""
-    if (shift >= 0).any():
+    channel's shift in NARROW_SHIFTS and every accumulator, doubled, within int32:
+    |bias| + 255 · Σ|w| per output channel (inputs plus offset lie in [-255, 255]) below
+    2^30."""
+    if (shift < NARROW_SHIFTS[0]).any() or (shift > NARROW_SHIFTS[1]).any():
         return False
     w = np.abs(weights.astype(np.int64))
     per_channel = w.reshape(-1, w.shape[-1]).sum(axis=0) if depthwise \
         else w.reshape(w.shape[0], -1).sum(axis=1)
     bound = np.abs(bias.astype(np.int64)) + 255 * per_channel
     return bool((bound < (1 << 30)).all())
+
+
+def addend(shift: np.ndarray, zero_point: int, narrow_stage: bool) -> np.ndarray:
+    """Per channel 2^(e-1) + zero_point · 2^e (e = -shift) for the short output stage;
+    zeros when the layer takes the general one."""
+    if not narrow_stage:
+        return np.zeros(shift.size, np.int32)
+    e = np.maximum(-shift.astype(np.int64), 1)  # padding channels (shift 0) are never stored
+    return ((np.int64(1) << (e - 1)) + int(zero_point) * (np.int64(1) << e)).astype(np.int32)

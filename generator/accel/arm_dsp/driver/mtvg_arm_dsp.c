@@ -37,6 +37,8 @@ static inline int32_t smmulr(int32_t a, int32_t b) {
   __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));
   return r;
 }
+/* x clamped to [-128, 127] (SSAT). */
+static inline int8_t saturate_int8(int32_t x) { return (int8_t)__ssat(x, 8); }
 /* Bytes 1 and 3 (x rotated right by 8 first): one instruction, which the compiler does not
  * always find for __sxtb16 of a rotate. */
 static inline uint32_t sxtb16_ror8(uint32_t x) {
@@ -76,6 +78,9 @@ static inline int32_t smlatt(uint32_t a, uint32_t b, int32_t acc) {
 static inline int32_t smmulr(int32_t a, int32_t b) {
   return (int32_t)(((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
 }
+static inline int8_t saturate_int8(int32_t x) {
+  return (int8_t)(x < -128 ? -128 : (x > 127 ? 127 : x));
+}
 static inline uint32_t ror8(uint32_t x) { return (x >> 8) | (x << 24); }
 static inline uint32_t sxtb16_ror8(uint32_t x) { return sxtb16(ror8(x)); }
 static inline uint32_t sxtab16_ror8(uint32_t a, uint32_t x) { return sxtab16(a, ror8(x)); }
@@ -94,8 +99,7 @@ static inline uint32_t load32(const int8_t* p) {
  * rounding), the output zero point, the activation clamp. */
 typedef struct {
   int32_t zero_point, act_min, act_max;
-  /* 1 when the exporter has shown that every channel's shift is negative (a right shift
-   * only) and every accumulator, doubled, fits int32_t (mtvg_arm_dsp.h: `narrow`). */
+  /* 1: the short output stage (mtvg_arm_dsp.h: `narrow`). */
   int32_t narrow;
 } output_stage;
 
@@ -107,29 +111,51 @@ static inline int32_t divide_by_pot(int32_t x, int32_t exponent) {
   return (x >> exponent) + (((uint32_t)x & mask) > threshold ? 1 : 0);
 }
 
+/* The general output stage, for any accumulator and shift. multiplier >= 0 (the exporter
+ * checks it): the saturating case of the rounding doubling high multiply (both operands
+ * INT32_MIN) cannot occur, and its rounding of a * b / 2^31 is half up. */
 static inline int8_t requantize(int32_t acc, int32_t multiplier, int32_t shift,
                                 const output_stage* o) {
-  int32_t q;
-  if (o->narrow) {
-    /* |2 acc| < 2^31, so the rounding doubling high multiply is SMMULR of 2 acc, and its
-     * result lies within 2^29 + 1: adding half of 2^e (e = -shift >= 1) cannot overflow,
-     * and (h + 2^(e-1) - (h < 0)) >> e is TFLite's rounding divide. */
-    const int32_t high = smmulr((int32_t)((uint32_t)acc << 1), multiplier);
-    const int32_t e = -shift;
-    q = (high + (int32_t)((1u << e) >> 1) + (high >> 31)) >> e;
-  } else {
-    /* multiplier >= 0 (the exporter checks it): the saturating case of the rounding
-     * doubling high multiply (both operands INT32_MIN) cannot occur, and its rounding of
-     * a * b / 2^31 is half up. */
-    const int32_t left = shift > 0 ? shift : 0;
-    const int32_t x = (int32_t)((uint32_t)acc << left);
-    const int32_t high = (int32_t)(((int64_t)x * multiplier + ((int64_t)1 << 30)) >> 31);
-    q = shift < 0 ? divide_by_pot(high, -shift) : high;
-  }
-  q += o->zero_point;
+  const int32_t left = shift > 0 ? shift : 0;
+  const int32_t x = (int32_t)((uint32_t)acc << left);
+  const int32_t high = (int32_t)(((int64_t)x * multiplier + ((int64_t)1 << 30)) >> 31);
+  int32_t q = (shift < 0 ? divide_by_pot(high, -shift) : high) + o->zero_point;
   q = q < o->act_min ? o->act_min : q;
   q = q > o->act_max ? o->act_max : q;
   return (int8_t)q;
+}
+
+/* The short output stage (`narrow`): SMMULR of 2 acc, then one rounding shift by
+ * e = -shift with `addend` = 2^(e-1) + zero_point * 2^e, which the exporter has shown fits:
+ * ((h + addend - (h < 0)) >> e) is TFLite's rounding divide plus the zero point. */
+static inline int32_t narrow_stage(int32_t acc, int32_t multiplier, int32_t shift,
+                                   int32_t addend) {
+  const int32_t high = smmulr((int32_t)((uint32_t)acc << 1), multiplier);
+  return (high + addend + (high >> 31)) >> -shift;
+}
+
+/* A row of `count` accumulators (one per output channel) through the output stage; the
+ * stage's choice is made once per row, so the loop keeps its constants in registers. */
+static void requantize_row(const int32_t* acc, const int32_t* multiplier, const int32_t* shift,
+                           const int32_t* addend, int32_t count, const output_stage* stage,
+                           int8_t* out) {
+  const int32_t act_min = stage->act_min;
+  const int32_t act_max = stage->act_max;
+  if (!stage->narrow) {
+    for (int32_t i = 0; i < count; ++i) {
+      out[i] = requantize(acc[i], multiplier[i], shift[i], stage);
+    }
+  } else if (act_min == INT8_LOWEST && act_max == INT8_HIGHEST) {
+    for (int32_t i = 0; i < count; ++i) {
+      out[i] = saturate_int8(narrow_stage(acc[i], multiplier[i], shift[i], addend[i]));
+    }
+  } else {
+    for (int32_t i = 0; i < count; ++i) {
+      int32_t q = narrow_stage(acc[i], multiplier[i], shift[i], addend[i]);
+      q = q < act_min ? act_min : q;
+      out[i] = (int8_t)(q > act_max ? act_max : q);
+    }
+  }
 }
 
 /* ---- scratch, counters, failures ------------------------------------------------------- */
@@ -298,27 +324,39 @@ static inline void dot_2x2_w16(const uint32_t* x, const uint32_t* w, int32_t gro
   const uint32_t* const end = w + 4 * groups;
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
   uint32_t x0a, x0b, x1a, x1b, wa, wb;
+  /* One group of four k: two LDRD of the pixels' words, two of the channels' weights. */
+#define MTVG_ARM_DSP_GROUP_2X2                       \
+  "ldrd %[x1a], %[x1b], [%[x], #8]\n\t"              \
+  "ldrd %[x0a], %[x0b], [%[x]], #16\n\t"             \
+  "ldrd %[wa], %[wb], [%[w]], #16\n\t"               \
+  "smlad %[a00], %[x0a], %[wa], %[a00]\n\t"          \
+  "smlad %[a10], %[x1a], %[wa], %[a10]\n\t"          \
+  "smlad %[a00], %[x0b], %[wb], %[a00]\n\t"          \
+  "smlad %[a10], %[x1b], %[wb], %[a10]\n\t"          \
+  "ldrd %[wa], %[wb], [%[w], #-8]\n\t"               \
+  "smlad %[a01], %[x0a], %[wa], %[a01]\n\t"          \
+  "smlad %[a11], %[x1a], %[wa], %[a11]\n\t"          \
+  "smlad %[a01], %[x0b], %[wb], %[a01]\n\t"          \
+  "smlad %[a11], %[x1b], %[wb], %[a11]\n\t"
+  /* An odd group first, then two per loop turn (the loop's compare and branch count). */
   __asm__ volatile(
+      "tst %[groups], #1\n\t"
+      "beq 1f\n\t"
+      MTVG_ARM_DSP_GROUP_2X2
+      "cmp %[w], %[end]\n\t"
+      "beq 2f\n\t"
       "1:\n\t"
-      "ldrd %[x1a], %[x1b], [%[x], #8]\n\t"
-      "ldrd %[x0a], %[x0b], [%[x]], #16\n\t"
-      "ldrd %[wa], %[wb], [%[w]], #16\n\t"
-      "smlad %[a00], %[x0a], %[wa], %[a00]\n\t"
-      "smlad %[a10], %[x1a], %[wa], %[a10]\n\t"
-      "smlad %[a00], %[x0b], %[wb], %[a00]\n\t"
-      "smlad %[a10], %[x1b], %[wb], %[a10]\n\t"
-      "ldrd %[wa], %[wb], [%[w], #-8]\n\t"
-      "smlad %[a01], %[x0a], %[wa], %[a01]\n\t"
-      "smlad %[a11], %[x1a], %[wa], %[a11]\n\t"
-      "smlad %[a01], %[x0b], %[wb], %[a01]\n\t"
-      "smlad %[a11], %[x1b], %[wb], %[a11]\n\t"
+      MTVG_ARM_DSP_GROUP_2X2
+      MTVG_ARM_DSP_GROUP_2X2
       "cmp %[w], %[end]\n\t"
       "bne 1b\n\t"
+      "2:\n\t"
       : [a00] "+r"(a00), [a01] "+r"(a01), [a10] "+r"(a10), [a11] "+r"(a11), [x] "+r"(x),
         [w] "+r"(w), [x0a] "=&r"(x0a), [x0b] "=&r"(x0b), [x1a] "=&r"(x1a),
         [x1b] "=&r"(x1b), [wa] "=&r"(wa), [wb] "=&r"(wb)
-      : [end] "r"(end)
+      : [end] "r"(end), [groups] "r"(groups)
       : "cc", "memory");
+#undef MTVG_ARM_DSP_GROUP_2X2
 #else
   while (w != end) {
     const uint32_t x0a = x[0], x0b = x[1], x1a = x[2], x1b = x[3];
@@ -345,7 +383,7 @@ static inline void dot_2x2_w16(const uint32_t* x, const uint32_t* w, int32_t gro
 
 int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
                                const int32_t* bias, const int32_t* multiplier,
-                               const int32_t* shift, int8_t* output, int32_t in_h, int32_t in_w,
+                               const int32_t* shift, const int32_t* addend, int8_t* output, int32_t in_h, int32_t in_w,
                                int32_t in_c, int32_t out_h, int32_t out_w, int32_t out_c,
                                int32_t k_h, int32_t k_w, int32_t stride_h, int32_t stride_w,
                                int32_t pad_top, int32_t pad_left, int32_t dilation_h,
@@ -357,6 +395,7 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
                            stride_h, stride_w, dilation_h, dilation_w};
   const int32_t pads[] = {pad_top, pad_left};
   if (input == NULL || weights == NULL || bias == NULL || multiplier == NULL || shift == NULL ||
+      addend == NULL ||
       output == NULL || !dims_ok(sizes, sizeof(sizes) / sizeof(sizes[0]), 1) ||
       !dims_ok(pads, 2, 0) || (weight_bits != 8 && weight_bits != 16) ||
       !quant_ok(input_zero_point, output_zero_point, act_min, act_max) ||
@@ -370,12 +409,14 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
   const int32_t depth = k_h * k_w * in_c;
   const int32_t groups = (depth + 3) / 4;
   const int32_t padded = 4 * groups;
-  int32_t status = take_scratch(6u * (uint32_t)padded);
+  const int32_t even_c = out_c + out_c % 2;
+  int32_t status = take_scratch(6u * (uint32_t)padded + 8u * (uint32_t)even_c);
   if (status != 0) {
     return status;
   }
-  uint32_t* widened = scratch.words;                    /* 4 * padded bytes */
-  int8_t* columns = (int8_t*)(scratch.words + padded);  /* 2 * padded bytes */
+  uint32_t* widened = scratch.words;                   /* 4 * padded bytes */
+  int32_t* sums = (int32_t*)(scratch.words + padded);  /* 2 * even_c int32: both pixels */
+  int8_t* columns = (int8_t*)(sums + 2 * even_c);      /* 2 * padded bytes */
   const conv_geometry g = {in_h, in_w, in_c, k_h, k_w, stride_h, stride_w,
                            pad_top, pad_left, dilation_h, dilation_w, (int8_t)input_zero_point};
   const output_stage stage = {output_zero_point, act_min, act_max, narrow};
@@ -400,8 +441,6 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
       }
     }
     widen_pair(col[0], col[1], groups, offset, widened);
-    int8_t* out0 = output + (size_t)p * (size_t)out_c;
-    int8_t* out1 = output + (size_t)q * (size_t)out_c;
     const uint32_t* w = weights;
     for (int32_t o = 0; o < out_c; o += 2, w += pair_words) {
       int32_t acc[4] = {bias[o], bias[o + 1], bias[o], bias[o + 1]};
@@ -410,12 +449,15 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
       } else {
         dot_2x2_w8(widened, w, groups, acc);
       }
-      out0[o] = requantize(acc[0], multiplier[o], shift[o], &stage);
-      out1[o] = requantize(acc[2], multiplier[o], shift[o], &stage);
-      if (o + 1 < out_c) {
-        out0[o + 1] = requantize(acc[1], multiplier[o + 1], shift[o + 1], &stage);
-        out1[o + 1] = requantize(acc[3], multiplier[o + 1], shift[o + 1], &stage);
-      }
+      sums[o] = acc[0];
+      sums[o + 1] = acc[1];
+      sums[even_c + o] = acc[2];
+      sums[even_c + o + 1] = acc[3];
+    }
+    requantize_row(sums, multiplier, shift, addend, out_c, &stage, output + (size_t)p * (size_t)out_c);
+    if (q != p) {
+      requantize_row(sums + even_c, multiplier, shift, addend, out_c, &stage,
+                     output + (size_t)q * (size_t)out_c);
     }
   }
   return 0;
@@ -438,7 +480,7 @@ static int32_t tail_dot(const int8_t* const* taps, const uint32_t* w, int32_t co
 
 int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
     const int8_t* input, const uint32_t* weights, const int32_t* bias,
-    const int32_t* multiplier, const int32_t* shift, int8_t* output, int32_t in_h, int32_t in_w,
+    const int32_t* multiplier, const int32_t* shift, const int32_t* addend, int8_t* output, int32_t in_h, int32_t in_w,
     int32_t c, int32_t out_h, int32_t out_w, int32_t k_h, int32_t k_w, int32_t stride_h,
     int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h, int32_t dilation_w,
     int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
@@ -448,6 +490,7 @@ int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
                            stride_h, stride_w, dilation_h, dilation_w};
   const int32_t pads[] = {pad_top, pad_left};
   if (input == NULL || weights == NULL || bias == NULL || multiplier == NULL || shift == NULL ||
+      addend == NULL ||
       output == NULL || !dims_ok(sizes, sizeof(sizes) / sizeof(sizes[0]), 1) ||
       !dims_ok(pads, 2, 0) || (int64_t)k_h * k_w > MTVG_ARM_DSP_MAX_TAPS ||
       !quant_ok(input_zero_point, output_zero_point, act_min, act_max) ||
@@ -458,13 +501,14 @@ int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
   const int32_t taps = k_h * k_w;
   const int32_t padded_c = (c + 3) / 4 * 4;
   const uint32_t table_bytes = (uint32_t)taps * (uint32_t)sizeof(const int8_t*);
-  int32_t status = take_scratch(table_bytes + (uint32_t)padded_c);
+  int32_t status = take_scratch(4u * (uint32_t)padded_c + table_bytes + (uint32_t)padded_c);
   if (status != 0) {
     return status;
   }
-  /* The tap pointers first (aligned), then a row of zero points for taps outside. */
-  const int8_t** tap = (const int8_t**)(void*)scratch.words;
-  int8_t* pad_row = (int8_t*)scratch.words + table_bytes;
+  /* The pixel's sums, the tap pointers, a row of zero points for taps outside. */
+  int32_t* sums = (int32_t*)scratch.words;
+  const int8_t** tap = (const int8_t**)(void*)(scratch.words + padded_c);
+  int8_t* pad_row = (int8_t*)(scratch.words + padded_c) + table_bytes;
   fill_bytes(pad_row, (int8_t)input_zero_point, padded_c);
   const output_stage stage = {output_zero_point, act_min, act_max, narrow};
   const uint32_t offset = offset_pair(input_zero_point);
@@ -499,15 +543,15 @@ int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
           a1 = smlabb(x13, w13, a1);
           a3 = smlatt(x13, w13, a3);
         }
-        out[ch] = requantize(a0, multiplier[ch], shift[ch], &stage);
-        out[ch + 1] = requantize(a1, multiplier[ch + 1], shift[ch + 1], &stage);
-        out[ch + 2] = requantize(a2, multiplier[ch + 2], shift[ch + 2], &stage);
-        out[ch + 3] = requantize(a3, multiplier[ch + 3], shift[ch + 3], &stage);
+        sums[ch] = a0;
+        sums[ch + 1] = a1;
+        sums[ch + 2] = a2;
+        sums[ch + 3] = a3;
       }
       for (int32_t ch = 4 * full; ch < c; ++ch) {
-        int32_t acc = tail_dot(tap, w, taps, ch, ch % 4, -input_zero_point, bias[ch]);
-        out[ch] = requantize(acc, multiplier[ch], shift[ch], &stage);
+        sums[ch] = tail_dot(tap, w, taps, ch, ch % 4, -input_zero_point, bias[ch]);
       }
+      requantize_row(sums, multiplier, shift, addend, c, &stage, out);
     }
   }
   return 0;

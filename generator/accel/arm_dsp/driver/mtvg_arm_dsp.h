@@ -27,15 +27,19 @@
  *     group of four channels (c0..c3), for each tap in (k_h, k_w) order: two words of int16
  *     pairs, (c0, c2) and (c1, c3).
  *
- * `narrow` (both kernels): 1 when the exporter has shown that every channel's shift is
- * negative and every accumulator, doubled, fits int32_t; the output stage is then SMMULR and
- * one rounding shift. 0 takes the general form (64-bit product, any shift).
+ * Output stage: `narrow` 1 when the exporter has shown that every channel's shift lies in
+ * [-22, -1], every accumulator, doubled, fits int32_t, and `addend` holds per channel
+ * 2^(e-1) + output_zero_point * 2^e (e = -shift): the stage is then SMMULR of 2 acc and one
+ * rounding shift, (h + addend - (h < 0)) >> e, which equals TFLite's rounding divide plus
+ * the zero point. `narrow` 0 takes the general form (64-bit product, any shift; `addend`
+ * unread but present).
  *
  * Scratch: one static buffer of MTVG_ARM_DSP_SCRATCH_BYTES serves every call (calls run one
  * after another); the exporter sizes it from the largest need (bytes):
- *   conv2d:           6 * K4   (two pixels' int8 columns and their widened int16 words)
- *   depthwise_conv2d: k_h * k_w * sizeof(void*) + C4   (the pixel's tap pointers, a row of
- *                     input zero points for taps outside the input)
+ *   conv2d:           6 * K4 + 8 * align_2(out_c)   (two pixels' int8 columns, their
+ *                     widened int16 words, their int32 sums)
+ *   depthwise_conv2d: 5 * C4 + k_h * k_w * sizeof(void*)   (the pixel's int32 sums, its tap
+ *                     pointers, a row of input zero points for taps outside the input)
  */
 #ifndef MTVG_ARM_DSP_H_
 #define MTVG_ARM_DSP_H_
@@ -69,11 +73,12 @@ extern "C" {
 
 /*!
  * \brief conv2d, int8 NHWC, any kernel size, stride, padding and dilation.
- * \param weights packed as the header says; bias, multiplier, shift: align_2(out_c) each.
+ * \param weights packed as the header says; bias, multiplier, shift, addend: align_2(out_c)
+ *        each.
  */
 int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
                                const int32_t* bias, const int32_t* multiplier,
-                               const int32_t* shift, int8_t* output, int32_t in_h, int32_t in_w,
+                               const int32_t* shift, const int32_t* addend, int8_t* output, int32_t in_h, int32_t in_w,
                                int32_t in_c, int32_t out_h, int32_t out_w, int32_t out_c,
                                int32_t k_h, int32_t k_w, int32_t stride_h, int32_t stride_w,
                                int32_t pad_top, int32_t pad_left, int32_t dilation_h,
@@ -83,11 +88,11 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
 
 /*!
  * \brief depthwise_conv2d with channel multiplier 1 (out_c == in_c == c), int8 NHWC.
- * \param weights packed as the header says; bias, multiplier, shift: c each.
+ * \param weights packed as the header says; bias, multiplier, shift, addend: c each.
  */
 int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
     const int8_t* input, const uint32_t* weights, const int32_t* bias,
-    const int32_t* multiplier, const int32_t* shift, int8_t* output, int32_t in_h, int32_t in_w,
+    const int32_t* multiplier, const int32_t* shift, const int32_t* addend, int8_t* output, int32_t in_h, int32_t in_w,
     int32_t c, int32_t out_h, int32_t out_w, int32_t k_h, int32_t k_w, int32_t stride_h,
     int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h, int32_t dilation_w,
     int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
