@@ -228,3 +228,134 @@ def test_driver_cross_compiles_with_dsp_instructions(tmp_path, cpu):
     dump = subprocess.run(["arm-none-eabi-objdump", "-d", str(obj)], capture_output=True,
                           text=True, check=True).stdout
     assert "smlad" in dump and "sxtab16" in dump and "sxtb16" in dump
+
+
+# ---- the written-out DSP loops, run in QEMU ------------------------------------------------
+
+FIRMWARE_MAIN = r"""
+#include <stdio.h>
+#include <string.h>
+#include "mtvg/platform.h"
+#include "mtvg_arm_dsp.h"
+#include "cases.h"
+
+static int8_t out[CASE_OUT_MAX];
+
+/* Runs every case, compares with TFLite's outputs computed by the test, prints one line a
+ * case on semihosting. */
+int main(void) {
+  mtvg_platform_init();
+  int failed = 0;
+  for (int i = 0; i < CASE_COUNT; ++i) {
+    const struct test_case* c = &cases[i];
+    const int32_t* s = c->s;
+    memset(out, 0, sizeof(out));
+    mtvg_accel_clear();
+    int32_t st = mtvg_accel_check(
+        c->op == 0
+            ? mtvg_arm_dsp_conv2d_s8(c->x, c->w, c->b, c->m, c->sh, c->ad, out, s[0], s[1], s[2],
+                                     s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11],
+                                     s[12], s[13], s[14], s[15], s[16], s[17], s[18], s[19])
+            : mtvg_arm_dsp_depthwise_conv2d_s8(c->x, c->w, c->b, c->m, c->sh, c->ad, out, s[0],
+                                               s[1], s[2], s[3], s[4], s[6], s[7], s[8], s[9],
+                                               s[10], s[11], s[12], s[13], s[14], s[15], s[16],
+                                               s[17], s[19]));
+    long differ = 0;
+    for (long j = 0; j < c->out_len; ++j) {
+      differ += out[j] != c->want[j];
+    }
+    printf("case %d status %ld differ %ld |%s\n", i, (long)st, differ, mtvg_accel_message());
+    failed += st != 0 || differ != 0;
+  }
+  printf("done %d\n", failed);
+  fflush(stdout);
+  return failed != 0;
+}
+"""
+
+
+def _values(a: np.ndarray) -> str:
+    return ", ".join(map(str, a.reshape(-1).tolist()))
+
+
+def embed(cases: list[tuple[Conv, int, bool]]) -> str:
+    """The cases, their packed arrays and TFLite's outputs as C constants (cases.h)."""
+    lines = ["#include <stdint.h>",
+             "struct test_case { int op; int32_t s[20]; const uint32_t* w; const int32_t* b; "
+             "const int32_t* m; const int32_t* sh; const int32_t* ad; const int8_t* x; "
+             "long out_len; const int8_t* want; };"]
+    rows = []
+    for i, (case, bits, narrow) in enumerate(cases):
+        fields = encode(case, bits, narrow).split()
+        op, scalars = int(fields[0]), fields[1:21]
+        rest, arrays = fields[21:], []
+        for _ in range(5):
+            n = int(rest[0])
+            arrays.append(rest[1:1 + n])
+            rest = rest[1 + n:]
+        x = rest[1:1 + int(rest[0])]
+        words = np.array(arrays[0], dtype=np.int64).astype(np.int32).view(np.uint32)
+        lines.append(f"static const uint32_t w{i}[] = {{{_values(words)}u}};"
+                     .replace(", ", "u, "))
+        for j, name in enumerate(("b", "m", "sh", "ad"), start=1):
+            lines.append(f"static const int32_t {name}{i}[] = {{{', '.join(arrays[j])}}};")
+        lines.append(f"static const int8_t x{i}[] = {{{', '.join(x)}}};")
+        want = case.reference().astype(np.int8)
+        lines.append(f"static const int8_t y{i}[] = {{{_values(want)}}};")
+        rows.append(f"  {{{op}, {{{', '.join(scalars)}}}, w{i}, b{i}, m{i}, sh{i}, ad{i}, x{i}, "
+                    f"{want.size}, y{i}}},")
+    lines += ["static const struct test_case cases[] = {", *rows, "};",
+              f"#define CASE_COUNT {len(cases)}",
+              f"#define CASE_OUT_MAX {max(c.reference().size for c, _, _ in cases)}"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.qemu
+def test_kernels_bit_exact_in_qemu_on_the_m4(tmp_path):
+    """The driver as a DSP core runs it (the written-out LDRD/SMLAD loops, SMMULR, SSAT):
+    the host tests' shapes with int16 and int8 weights, both output stages, and one-pixel
+    rows, against TFLite's references, on qemu-mps2-an386."""
+    from generator.boards import load_board
+    from generator.device.links import qemu_argv
+    from tests.conftest import port_folder, require_board_tools
+
+    board_name = "qemu-mps2-an386"
+    require_board_tools(board_name)
+    board = load_board(board_name)
+    rng = np.random.default_rng(21)
+    convs = conv_cases(rng) + [c for c in kws_like_cases(rng) if not c.depthwise] + [
+        random_conv(rng, False, in_hw=(1, 1), in_c=37, k_hw=(1, 1), out_c=9),  # a dense row
+        random_conv(rng, False, in_hw=(1, 3), in_c=64, k_hw=(1, 1), out_c=12)]
+    dws = [c for c in depthwise_cases(rng) if c.out_c == c.x.shape[2]] + \
+        [c for c in kws_like_cases(rng) if c.depthwise]
+    cases = [(c, 16, True) for c in convs] + [(c, 8, True) for c in convs[:12]] + \
+        [(c, 16, False) for c in convs[:12]] + [(c, 16, True) for c in dws] + \
+        [(c, 16, False) for c in dws[:6]]
+    (tmp_path / "cases.h").write_text(embed(cases))
+    (tmp_path / "main.c").write_text(FIRMWARE_MAIN)
+    platform = port_folder(board.platform, tmp_path)
+    cc = board.tool("gcc")
+    scratch = max(conv_scratch(c.k_hw[0] * c.k_hw[1] * c.x.shape[2], c.out_c) for c in convs)
+    scratch = max(scratch, *(depthwise_scratch(c.x.shape[2], c.k_hw[0] * c.k_hw[1])
+                             for c in dws))
+    flags = [*board.cflags, "-O2", "-g", f"-I{COMMON / 'include'}", f"-I{DRIVER}",
+             f"-I{tmp_path}", f"-DMTVG_ARM_DSP_SCRATCH_BYTES={scratch}"]
+    objs = []
+    for src in [tmp_path / "main.c", DRIVER / "mtvg_arm_dsp.c", COMMON / "src" / "accel.c",
+                *sorted(platform.glob("*.c"))]:
+        obj = tmp_path / f"{src.stem}.o"
+        subprocess.run([cc, *STRICT, *flags, "-c", str(src), "-o", str(obj)], check=True)
+        objs.append(str(obj))
+    memory = [("MTVG_FLASH_ORIGIN", board.flash_origin), ("MTVG_FLASH_SIZE", board.flash_bytes),
+              ("MTVG_RAM_ORIGIN", board.ram_origin), ("MTVG_RAM_SIZE", board.ram_bytes)]
+    elf = tmp_path / "cases.elf"
+    subprocess.run([cc, *board.ldflags, "-T", str(platform / board.linker_script),
+                    f"-L{platform}",
+                    *(f"-Wl,--defsym={n}={v:#x}" for n, v in memory if v is not None),
+                    *objs, *(f"-l{lib}" for lib in board.libs), "-o", str(elf)], check=True)
+    proc = subprocess.run(qemu_argv(board, elf), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=600)
+    results = [line for line in proc.stderr.splitlines() if line.startswith("case ")]
+    assert len(results) == len(cases), proc.stderr[-3000:]
+    wrong = [line for line in results if " status 0 differ 0 " not in line]
+    assert not wrong, wrong[:5]

@@ -24,6 +24,7 @@ from generator.accel import (
     Match,
     Option,
     Param,
+    QuantizedOp,
     extern_kernel,
     int8_op,
     with_check,
@@ -41,7 +42,7 @@ SHIFT_RANGE = (-31, 30)
 def conv_scratch(depth: int, out_c: int) -> int:
     """Scratch bytes of a conv2d whose kernel holds `depth` values per output (the header's
     bound: two pixels' int8 columns, their widened words and their int32 sums)."""
-    return 6 * ((depth + 3) // 4 * 4) + 8 * (out_c + out_c % 2)
+    return 6 * ((depth + 7) // 8 * 8) + 8 * (out_c + out_c % 2)
 
 
 def depthwise_scratch(channels: int, taps: int) -> int:
@@ -59,6 +60,9 @@ class ArmDsp(Accelerator):
                "flash", choices=("int16", "int8")),
     )
     default_on = ("dsp",)
+    # On Helium cores CMSIS-NN's MVE kernels are faster (kws on the M55: 1.81 M against
+    # 4.72 M instructions; benchmarks/cores.py).
+    default_off = ("mve",)
 
     def supports(self, board) -> str | None:
         if "dsp" in board.features or board.is_native:
@@ -67,12 +71,13 @@ class ArmDsp(Accelerator):
 
     def patterns(self, options):
         return [with_check(int8_op("conv2d"), self._check),
-                with_check(int8_op("depthwise_conv2d"), self._check)]
+                with_check(int8_op("depthwise_conv2d"), self._check),
+                with_check(int8_op("dense"), self._check)]
 
     @staticmethod
     def _check(m: Match) -> str | None:
-        op, p = m.op, m.op.params
-        t = op.tensors
+        op = _as_conv(m.op)
+        p, t = op.params, op.tensors
         dims = (*op.input_shapes[0][1:], *op.output_shape[1:], *p["strides"], *p["dilation"],
                 *t["weights"].shape)
         if op.input_shapes[0][0] != 1 or min(dims) < 1 or max(dims) > MAX_DIM \
@@ -94,7 +99,7 @@ class ArmDsp(Accelerator):
         return None
 
     def lower(self, m: Match, options) -> Lowering:
-        op = m.op
+        op = _as_conv(m.op)
         t, p = op.tensors, op.params
         depthwise = op.kind == "depthwise_conv2d"
         _, h, w, c = op.input_shapes[0]
@@ -122,6 +127,8 @@ class ArmDsp(Accelerator):
             kh, kw, sh, sw, pt, pl, dh, dw, p["input_zero_point"], p["output_zero_point"],
             p["act_min"], p["act_max"]] + ([int(narrow)] if depthwise else [bits, int(narrow)])
         symbol = "mtvg_arm_dsp_depthwise_conv2d_s8" if depthwise else "mtvg_arm_dsp_conv2d_s8"
+        params[0] = Param("input", m.op.input_shapes[0], "int8")
+        params[-1] = Param("output", m.op.output_shape, "int8")
         func = extern_kernel(self.name, symbol, params, [
             "input", "weights", "bias", "multiplier", "shift", "addend", "output", *geometry])
         in_taps = valid_taps(oh, h, kh, sh, pt, dh) * valid_taps(ow, w, kw, sw, pl, dw)
@@ -133,6 +140,20 @@ class ArmDsp(Accelerator):
         return Driver(DRIVER_DIR, sources=("mtvg_arm_dsp.c",), headers=("mtvg_arm_dsp.h",),
                       counters="mtvg_arm_dsp_counters",
                       scratch_define="MTVG_ARM_DSP_SCRATCH_BYTES")
+
+
+def _as_conv(op: QuantizedOp) -> QuantizedOp:
+    """A dense layer as the 1x1 convolution it is: its batch rows as the pixels of one row
+    (the driver's conv2d runs both)."""
+    if op.kind != "dense":
+        return op
+    batches, depth = op.input_shapes[0]
+    units = op.output_shape[1]
+    weights = op.tensors["weights"]
+    return QuantizedOp(
+        "conv2d", ((1, 1, batches, depth),), (1, 1, batches, units),
+        {**op.params, "strides": (1, 1), "dilation": (1, 1), "padding": (0, 0, 0, 0)},
+        {**op.tensors, "weights": weights.reshape(units, 1, 1, depth)})
 
 
 accelerator = ArmDsp

@@ -31,7 +31,7 @@ def conv_weights(weights: np.ndarray, bits: int = 8) -> np.ndarray:
     in HALVES_ORDER (bits 16)."""
     out_c = weights.shape[0]
     depth = int(np.prod(weights.shape[1:]))
-    groups = (depth + 3) // 4
+    groups = (depth + 7) // 8 * 2  # an even count: the inner loop takes two per turn
     padded = np.zeros((out_c + out_c % 2, 4 * groups), dtype=np.int8)
     padded[:out_c, :depth] = weights.reshape(out_c, depth)
     pairs = padded.reshape(-1, 2, groups, 4).transpose(0, 2, 1, 3)

@@ -134,26 +134,45 @@ static inline int32_t narrow_stage(int32_t acc, int32_t multiplier, int32_t shif
   return (high + addend + (high >> 31)) >> -shift;
 }
 
-/* A row of `count` accumulators (one per output channel) through the output stage; the
- * stage's choice is made once per row, so the loop keeps its constants in registers. */
-static void requantize_row(const int32_t* acc, const int32_t* multiplier, const int32_t* shift,
-                           const int32_t* addend, int32_t count, const output_stage* stage,
-                           int8_t* out) {
+static inline int8_t clamp_int8(int32_t q, int32_t low, int32_t high) {
+  q = q < low ? low : q;
+  return (int8_t)(q > high ? high : q);
+}
+
+/* A row of `count` accumulators (one per output channel) through the output stage: channel
+ * i's at acc[(i / 2) * step + i % 2] (step 2: one after another; 4: two pixels' pairs
+ * interleaved). The stage's choice is made once per row, so the loop keeps its constants in
+ * registers. */
+static void requantize_row(const int32_t* acc, int32_t step, const int32_t* multiplier,
+                           const int32_t* shift, const int32_t* addend, int32_t count,
+                           const output_stage* stage, int8_t* out) {
   const int32_t act_min = stage->act_min;
   const int32_t act_max = stage->act_max;
   if (!stage->narrow) {
     for (int32_t i = 0; i < count; ++i) {
-      out[i] = requantize(acc[i], multiplier[i], shift[i], stage);
+      out[i] = requantize(acc[(i / 2) * step + i % 2], multiplier[i], shift[i], stage);
     }
   } else if (act_min == INT8_LOWEST && act_max == INT8_HIGHEST) {
-    for (int32_t i = 0; i < count; ++i) {
-      out[i] = saturate_int8(narrow_stage(acc[i], multiplier[i], shift[i], addend[i]));
+    int32_t i = 0;
+    for (; i + 1 < count; i += 2, acc += step) {
+      out[i] = saturate_int8(narrow_stage(acc[0], multiplier[i], shift[i], addend[i]));
+      out[i + 1] = saturate_int8(narrow_stage(acc[1], multiplier[i + 1], shift[i + 1],
+                                              addend[i + 1]));
+    }
+    if (i < count) {
+      out[i] = saturate_int8(narrow_stage(acc[0], multiplier[i], shift[i], addend[i]));
     }
   } else {
-    for (int32_t i = 0; i < count; ++i) {
-      int32_t q = narrow_stage(acc[i], multiplier[i], shift[i], addend[i]);
-      q = q < act_min ? act_min : q;
-      out[i] = (int8_t)(q > act_max ? act_max : q);
+    int32_t i = 0;
+    for (; i + 1 < count; i += 2, acc += step) {
+      out[i] = clamp_int8(narrow_stage(acc[0], multiplier[i], shift[i], addend[i]), act_min,
+                          act_max);
+      out[i + 1] = clamp_int8(narrow_stage(acc[1], multiplier[i + 1], shift[i + 1],
+                                           addend[i + 1]), act_min, act_max);
+    }
+    if (i < count) {
+      out[i] = clamp_int8(narrow_stage(acc[0], multiplier[i], shift[i], addend[i]), act_min,
+                          act_max);
     }
   }
 }
@@ -315,49 +334,11 @@ static inline void dot_2x2_w8(const uint32_t* x, const uint32_t* w, int32_t grou
   acc[3] = a11;
 }
 
-/* The same with int16 weights, already in the halves' order: two words per channel. On
- * DSP cores the loop is written out (four LDRD and eight SMLAD per group of four k: the
- * compiler splits the loads and adds pointer arithmetic). groups >= 1. */
+/* The same with int16 weights, already in the halves' order: two words per channel. */
 static inline void dot_2x2_w16(const uint32_t* x, const uint32_t* w, int32_t groups,
                                int32_t* acc) {
   int32_t a00 = acc[0], a01 = acc[1], a10 = acc[2], a11 = acc[3];
   const uint32_t* const end = w + 4 * groups;
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
-  uint32_t x0a, x0b, x1a, x1b, wa, wb;
-  /* One group of four k: two LDRD of the pixels' words, two of the channels' weights. */
-#define MTVG_ARM_DSP_GROUP_2X2                       \
-  "ldrd %[x1a], %[x1b], [%[x], #8]\n\t"              \
-  "ldrd %[x0a], %[x0b], [%[x]], #16\n\t"             \
-  "ldrd %[wa], %[wb], [%[w]], #16\n\t"               \
-  "smlad %[a00], %[x0a], %[wa], %[a00]\n\t"          \
-  "smlad %[a10], %[x1a], %[wa], %[a10]\n\t"          \
-  "smlad %[a00], %[x0b], %[wb], %[a00]\n\t"          \
-  "smlad %[a10], %[x1b], %[wb], %[a10]\n\t"          \
-  "ldrd %[wa], %[wb], [%[w], #-8]\n\t"               \
-  "smlad %[a01], %[x0a], %[wa], %[a01]\n\t"          \
-  "smlad %[a11], %[x1a], %[wa], %[a11]\n\t"          \
-  "smlad %[a01], %[x0b], %[wb], %[a01]\n\t"          \
-  "smlad %[a11], %[x1b], %[wb], %[a11]\n\t"
-  /* An odd group first, then two per loop turn (the loop's compare and branch count). */
-  __asm__ volatile(
-      "tst %[groups], #1\n\t"
-      "beq 1f\n\t"
-      MTVG_ARM_DSP_GROUP_2X2
-      "cmp %[w], %[end]\n\t"
-      "beq 2f\n\t"
-      "1:\n\t"
-      MTVG_ARM_DSP_GROUP_2X2
-      MTVG_ARM_DSP_GROUP_2X2
-      "cmp %[w], %[end]\n\t"
-      "bne 1b\n\t"
-      "2:\n\t"
-      : [a00] "+r"(a00), [a01] "+r"(a01), [a10] "+r"(a10), [a11] "+r"(a11), [x] "+r"(x),
-        [w] "+r"(w), [x0a] "=&r"(x0a), [x0b] "=&r"(x0b), [x1a] "=&r"(x1a),
-        [x1b] "=&r"(x1b), [wa] "=&r"(wa), [wb] "=&r"(wb)
-      : [end] "r"(end), [groups] "r"(groups)
-      : "cc", "memory");
-#undef MTVG_ARM_DSP_GROUP_2X2
-#else
   while (w != end) {
     const uint32_t x0a = x[0], x0b = x[1], x1a = x[2], x1b = x[3];
     x += 4;
@@ -374,11 +355,168 @@ static inline void dot_2x2_w16(const uint32_t* x, const uint32_t* w, int32_t gro
     a01 = smlad(x0b, wb, a01);
     a11 = smlad(x1b, wb, a11);
   }
-#endif
   acc[0] = a00;
   acc[1] = a01;
   acc[2] = a10;
   acc[3] = a11;
+}
+
+/* Every pair of output channels for two pixels: `sums` receives per pair [pixel 0: o, o + 1,
+ * pixel 1: o, o + 1], each the channel's bias plus its dot product with the pixel's widened
+ * column (`groups` groups of four k, an even count). */
+static void dot_rows(const uint32_t* x, int32_t groups, const uint32_t* weights,
+                     int32_t weight_bits, const int32_t* bias, int32_t pairs, int32_t* sums) {
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+  if (weight_bits == 16) {
+    /* Written out: per group of four k four LDRD and eight SMLAD, two groups per loop
+     * turn; per pair of channels the bias loads, the sums' stores and the loop's state
+     * (kept in `state`, since the inner loop takes fourteen registers). */
+    struct {
+      const uint32_t* x;
+      const int32_t* bias;
+      int32_t* sums;
+      const uint32_t* weights_end;
+    } state = {x, bias, sums, weights + (size_t)pairs * 4u * (size_t)groups};
+    const uint32_t* const x_end = x + 4 * groups;
+    const uint32_t* w = weights;
+    const uint32_t* xp;
+    int32_t a00, a01, a10, a11;
+    uint32_t x0a, x0b, x1a, x1b, wa, wb;
+#define MTVG_ARM_DSP_GROUP_2X2                       \
+  "ldrd %[x1a], %[x1b], [%[xp], #8]\n\t"             \
+  "ldrd %[x0a], %[x0b], [%[xp]], #16\n\t"            \
+  "ldrd %[wa], %[wb], [%[w]], #16\n\t"               \
+  "smlad %[a00], %[x0a], %[wa], %[a00]\n\t"          \
+  "smlad %[a10], %[x1a], %[wa], %[a10]\n\t"          \
+  "smlad %[a00], %[x0b], %[wb], %[a00]\n\t"          \
+  "smlad %[a10], %[x1b], %[wb], %[a10]\n\t"          \
+  "ldrd %[wa], %[wb], [%[w], #-8]\n\t"               \
+  "smlad %[a01], %[x0a], %[wa], %[a01]\n\t"          \
+  "smlad %[a11], %[x1a], %[wa], %[a11]\n\t"          \
+  "smlad %[a01], %[x0b], %[wb], %[a01]\n\t"          \
+  "smlad %[a11], %[x1b], %[wb], %[a11]\n\t"
+    __asm__ volatile(
+        "0:\n\t"
+        "ldr %[x0a], [%[state], #4]\n\t"
+        "ldrd %[a00], %[a01], [%[x0a]], #8\n\t"
+        "str %[x0a], [%[state], #4]\n\t"
+        "mov %[a10], %[a00]\n\t"
+        "mov %[a11], %[a01]\n\t"
+        "ldr %[xp], [%[state]]\n\t"
+        "1:\n\t"
+        MTVG_ARM_DSP_GROUP_2X2
+        MTVG_ARM_DSP_GROUP_2X2
+        "cmp %[xp], %[x_end]\n\t"
+        "bne 1b\n\t"
+        "ldr %[x0a], [%[state], #8]\n\t"
+        "strd %[a00], %[a01], [%[x0a]], #8\n\t"
+        "strd %[a10], %[a11], [%[x0a]], #8\n\t"
+        "str %[x0a], [%[state], #8]\n\t"
+        "ldr %[x0a], [%[state], #12]\n\t"
+        "cmp %[w], %[x0a]\n\t"
+        "bne 0b\n\t"
+        : [a00] "=&r"(a00), [a01] "=&r"(a01), [a10] "=&r"(a10), [a11] "=&r"(a11),
+          [xp] "=&r"(xp), [w] "+r"(w), [x0a] "=&r"(x0a), [x0b] "=&r"(x0b),
+          [x1a] "=&r"(x1a), [x1b] "=&r"(x1b), [wa] "=&r"(wa), [wb] "=&r"(wb)
+        : [x_end] "r"(x_end), [state] "r"(&state)
+        : "cc", "memory");
+#undef MTVG_ARM_DSP_GROUP_2X2
+    return;
+  }
+#endif
+  const int32_t pair_words = (weight_bits / 4) * groups;
+  for (int32_t j = 0; j < pairs; ++j, weights += pair_words, sums += 4) {
+    int32_t acc[4] = {bias[2 * j], bias[2 * j + 1], bias[2 * j], bias[2 * j + 1]};
+    if (weight_bits == 16) {
+      dot_2x2_w16(x, weights, groups, acc);
+    } else {
+      dot_2x2_w8(x, weights, groups, acc);
+    }
+    sums[0] = acc[0];
+    sums[1] = acc[1];
+    sums[2] = acc[2];
+    sums[3] = acc[3];
+  }
+}
+
+/* One pixel (the first of the widened pair) times every pair of output channels: `sums`
+ * receives [o, o + 1] per pair. For the last pixel of an odd count and for dense layers
+ * of one row. */
+static void dot_rows_1px(const uint32_t* x, int32_t groups, const uint32_t* weights,
+                         int32_t weight_bits, const int32_t* bias, int32_t pairs,
+                         int32_t* sums) {
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+  if (weight_bits == 16) {
+    struct {
+      const uint32_t* x;
+      const int32_t* bias;
+      int32_t* sums;
+      const uint32_t* weights_end;
+    } state = {x, bias, sums, weights + (size_t)pairs * 4u * (size_t)groups};
+    const uint32_t* const x_end = x + 4 * groups;
+    const uint32_t* w = weights;
+    const uint32_t* xp;
+    int32_t a0, a1;
+    uint32_t x0a, x0b, wa, wb;
+#define MTVG_ARM_DSP_GROUP_1X2                       \
+  "ldrd %[x0a], %[x0b], [%[xp]], #16\n\t"            \
+  "ldrd %[wa], %[wb], [%[w]], #16\n\t"               \
+  "smlad %[a0], %[x0a], %[wa], %[a0]\n\t"            \
+  "smlad %[a0], %[x0b], %[wb], %[a0]\n\t"            \
+  "ldrd %[wa], %[wb], [%[w], #-8]\n\t"               \
+  "smlad %[a1], %[x0a], %[wa], %[a1]\n\t"            \
+  "smlad %[a1], %[x0b], %[wb], %[a1]\n\t"
+    __asm__ volatile(
+        "0:\n\t"
+        "ldr %[x0a], [%[state], #4]\n\t"
+        "ldrd %[a0], %[a1], [%[x0a]], #8\n\t"
+        "str %[x0a], [%[state], #4]\n\t"
+        "ldr %[xp], [%[state]]\n\t"
+        "1:\n\t"
+        MTVG_ARM_DSP_GROUP_1X2
+        MTVG_ARM_DSP_GROUP_1X2
+        "cmp %[xp], %[x_end]\n\t"
+        "bne 1b\n\t"
+        "ldr %[x0a], [%[state], #8]\n\t"
+        "strd %[a0], %[a1], [%[x0a]], #8\n\t"
+        "str %[x0a], [%[state], #8]\n\t"
+        "ldr %[x0a], [%[state], #12]\n\t"
+        "cmp %[w], %[x0a]\n\t"
+        "bne 0b\n\t"
+        : [a0] "=&r"(a0), [a1] "=&r"(a1), [xp] "=&r"(xp), [w] "+r"(w), [x0a] "=&r"(x0a),
+          [x0b] "=&r"(x0b), [wa] "=&r"(wa), [wb] "=&r"(wb)
+        : [x_end] "r"(x_end), [state] "r"(&state)
+        : "cc", "memory");
+#undef MTVG_ARM_DSP_GROUP_1X2
+    return;
+  }
+#endif
+  const int32_t pair_words = (weight_bits / 4) * groups;
+  for (int32_t j = 0; j < pairs; ++j, weights += pair_words, sums += 2) {
+    int32_t a0 = bias[2 * j], a1 = bias[2 * j + 1];
+    const uint32_t* w = weights;
+    for (int32_t i = 0; i < groups; ++i) {
+      const uint32_t xa = x[4 * i], xb = x[4 * i + 1];
+      uint32_t w0a, w0b, w1a, w1b;
+      if (weight_bits == 16) {
+        w0a = w[0];
+        w0b = w[1];
+        w1a = w[2];
+        w1b = w[3];
+        w += 4;
+      } else {
+        w0a = sxtb16(w[0]);
+        w0b = sxtb16_ror8(w[0]);
+        w1a = sxtb16(w[1]);
+        w1b = sxtb16_ror8(w[1]);
+        w += 2;
+      }
+      a0 = smlad(xb, w0b, smlad(xa, w0a, a0));
+      a1 = smlad(xb, w1b, smlad(xa, w1a, a1));
+    }
+    sums[0] = a0;
+    sums[1] = a1;
+  }
 }
 
 int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
@@ -407,7 +545,7 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
                                         "values per output");
   }
   const int32_t depth = k_h * k_w * in_c;
-  const int32_t groups = (depth + 3) / 4;
+  const int32_t groups = (depth + 7) / 8 * 2; /* an even count of groups of four k */
   const int32_t padded = 4 * groups;
   const int32_t even_c = out_c + out_c % 2;
   int32_t status = take_scratch(6u * (uint32_t)padded + 8u * (uint32_t)even_c);
@@ -421,10 +559,9 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
                            pad_top, pad_left, dilation_h, dilation_w, (int8_t)input_zero_point};
   const output_stage stage = {output_zero_point, act_min, act_max, narrow};
   /* A 1x1 kernel without padding over whole groups reads its column in place. */
-  const int in_place = k_h == 1 && k_w == 1 && pad_top == 0 && pad_left == 0 && in_c % 4 == 0;
+  const int in_place = k_h == 1 && k_w == 1 && pad_top == 0 && pad_left == 0 && in_c % 8 == 0;
   const uint32_t offset = offset_pair(input_zero_point);
   const int32_t pixels = out_h * out_w;
-  const int32_t pair_words = (weight_bits / 4) * groups; /* per pair of output channels */
   for (int32_t p = 0; p < pixels; p += 2) {
     const int32_t q = p + 1 < pixels ? p + 1 : p;
     const int32_t pix[2] = {p, q};
@@ -441,24 +578,17 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
       }
     }
     widen_pair(col[0], col[1], groups, offset, widened);
-    const uint32_t* w = weights;
-    for (int32_t o = 0; o < out_c; o += 2, w += pair_words) {
-      int32_t acc[4] = {bias[o], bias[o + 1], bias[o], bias[o + 1]};
-      if (weight_bits == 16) {
-        dot_2x2_w16(widened, w, groups, acc);
-      } else {
-        dot_2x2_w8(widened, w, groups, acc);
-      }
-      sums[o] = acc[0];
-      sums[o + 1] = acc[1];
-      sums[even_c + o] = acc[2];
-      sums[even_c + o + 1] = acc[3];
+    if (q == p) {
+      dot_rows_1px(widened, groups, weights, weight_bits, bias, even_c / 2, sums);
+      requantize_row(sums, 2, multiplier, shift, addend, out_c, &stage,
+                     output + (size_t)p * (size_t)out_c);
+      continue;
     }
-    requantize_row(sums, multiplier, shift, addend, out_c, &stage, output + (size_t)p * (size_t)out_c);
-    if (q != p) {
-      requantize_row(sums + even_c, multiplier, shift, addend, out_c, &stage,
-                     output + (size_t)q * (size_t)out_c);
-    }
+    dot_rows(widened, groups, weights, weight_bits, bias, even_c / 2, sums);
+    requantize_row(sums, 4, multiplier, shift, addend, out_c, &stage,
+                   output + (size_t)p * (size_t)out_c);
+    requantize_row(sums + 2, 4, multiplier, shift, addend, out_c, &stage,
+                   output + (size_t)q * (size_t)out_c);
   }
   return 0;
 }
@@ -531,7 +661,45 @@ int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
         const int32_t ch = 4 * grp;
         int32_t a0 = bias[ch], a1 = bias[ch + 1], a2 = bias[ch + 2], a3 = bias[ch + 3];
         const int8_t* const* tp = tap;
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+        /* Written out, two taps per loop turn: one LDRD of their pointers, two of their
+         * weights. */
+        if (taps >= 2) {
+          const uint32_t* const pairs_end = w + 4 * (taps / 2);
+          const int8_t* p0;
+          const int8_t* p1;
+          uint32_t t, w0, w1;
+          __asm__ volatile(
+              "1:\n\t"
+              "ldrd %[p0], %[p1], [%[tp]], #8\n\t"
+              "ldr %[p0], [%[p0], %[ch]]\n\t"
+              "ldr %[p1], [%[p1], %[ch]]\n\t"
+              "sxtab16 %[t], %[off], %[p0]\n\t"
+              "sxtab16 %[p0], %[off], %[p0], ror #8\n\t"
+              "ldrd %[w0], %[w1], [%[w]], #8\n\t"
+              "smlabb %[a0], %[t], %[w0], %[a0]\n\t"
+              "smlatt %[a2], %[t], %[w0], %[a2]\n\t"
+              "smlabb %[a1], %[p0], %[w1], %[a1]\n\t"
+              "smlatt %[a3], %[p0], %[w1], %[a3]\n\t"
+              "sxtab16 %[t], %[off], %[p1]\n\t"
+              "sxtab16 %[p1], %[off], %[p1], ror #8\n\t"
+              "ldrd %[w0], %[w1], [%[w]], #8\n\t"
+              "smlabb %[a0], %[t], %[w0], %[a0]\n\t"
+              "smlatt %[a2], %[t], %[w0], %[a2]\n\t"
+              "smlabb %[a1], %[p1], %[w1], %[a1]\n\t"
+              "smlatt %[a3], %[p1], %[w1], %[a3]\n\t"
+              "cmp %[w], %[end]\n\t"
+              "bne 1b\n\t"
+              : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [tp] "+r"(tp),
+                [w] "+r"(w), [p0] "=&r"(p0), [p1] "=&r"(p1), [t] "=&r"(t), [w0] "=&r"(w0),
+                [w1] "=&r"(w1)
+              : [end] "r"(pairs_end), [ch] "r"(ch), [off] "r"(offset)
+              : "cc", "memory");
+        }
+        const uint32_t* const end = w + 2 * (taps % 2);
+#else
         const uint32_t* const end = w + 2 * taps;
+#endif
         while (w != end) {
           const uint32_t x = load32(*tp++ + ch);
           const uint32_t x02 = sxtab16(offset, x);
@@ -551,7 +719,7 @@ int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
       for (int32_t ch = 4 * full; ch < c; ++ch) {
         sums[ch] = tail_dot(tap, w, taps, ch, ch % 4, -input_zero_point, bias[ch]);
       }
-      requantize_row(sums, multiplier, shift, addend, c, &stage, out);
+      requantize_row(sums, 2, multiplier, shift, addend, c, &stage, out);
     }
   }
   return 0;

@@ -17,8 +17,8 @@
  * int8 or two int16 per uint32_t, little-endian:
  *
  *   conv2d: K = k_h * k_w * in_c in TFLite's (k_h, k_w, in_c) order, padded with zeros to
- *     K4 = align_4(K); output channels padded to an even count. For each pair of output
- *     channels (o, o + 1), for each group of four k (k0..k3):
+ *     K8 = align_8(K) (an even number of groups of four); output channels padded to an even
+ *     count. For each pair of output channels (o, o + 1), for each group of four k (k0..k3):
  *       weight_bits 8:  one word of o's four int8 weights, then one of o + 1's;
  *       weight_bits 16: o's (k0, k2) and (k1, k3) as int16 pairs (low half first), then
  *                       o + 1's: twice the flash, no widening in the inner loop.
@@ -36,7 +36,7 @@
  *
  * Scratch: one static buffer of MTVG_ARM_DSP_SCRATCH_BYTES serves every call (calls run one
  * after another); the exporter sizes it from the largest need (bytes):
- *   conv2d:           6 * K4 + 8 * align_2(out_c)   (two pixels' int8 columns, their
+ *   conv2d:           6 * K8 + 8 * align_2(out_c)   (two pixels' int8 columns, their
  *                     widened int16 words, their int32 sums)
  *   depthwise_conv2d: 5 * C4 + k_h * k_w * sizeof(void*)   (the pixel's int32 sums, its tap
  *                     pointers, a row of input zero points for taps outside the input)
