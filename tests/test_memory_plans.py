@@ -283,19 +283,28 @@ def test_chain_length_cuts_where_the_most_pool_bytes_are_least():
     assert chain_length([expand], input_ours=True) == 0
 
 
+@pytest.fixture(scope="module")
+def conv_chain(tmp_path_factory) -> tuple[Path, object]:
+    """tests/memory_models.py's conv_chain_style and its `--memory small` export, once for
+    both boards (generate only reads the archive)."""
+    from tests.memory_models import conv_chain_style
+
+    folder = tmp_path_factory.mktemp("chain")
+    model = folder / "chain.tflite"
+    model.write_bytes(conv_chain_style())
+    return model, export_model(model, folder / "c.tar", memory="small")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("board", ["host", "qemu-mps2-an385"])
-def test_a_chain_of_every_geometry_is_tflite_micro_byte_for_byte(board, tmp_path):
+def test_a_chain_of_every_geometry_is_tflite_micro_byte_for_byte(board, conv_chain, tmp_path):
     """tests/memory_models.py's conv_chain_style: regular and depthwise, dilation 2,
     multiplier 2, stride 2, SAME and VALID padding, in one kernel; outputs TensorFlow Lite
     Micro's for three random inputs, with the pool a third of the lifetime bound."""
-    from tests.memory_models import conv_chain_style
     from tests.test_export import tflm_outputs
 
     require_board_tools(board)
-    model = tmp_path / "chain.tflite"
-    model.write_bytes(conv_chain_style())
-    result = export_model(model, tmp_path / "c.tar", memory="small")
+    model, result = conv_chain
     assert result.cpu_calls == ["q_conv_chain", "q_avg_pool2d"]
     assert result.plan.pool_bytes < result.lifetime_bound / 2
     generate(result.path, board, tmp_path / "p")

@@ -67,11 +67,14 @@ def int8_records(tmp_path_factory) -> tuple[Path, dict]:
 
 @pytest.fixture(scope="module")
 def tuned_int8(tmp_path_factory) -> tuple[Path, dict]:
-    """`microtvm-gen tune` of the int8 hello_world on the host: its directory and summary."""
+    """`microtvm-gen tune` of the int8 hello_world on the host: its directory and summary.
+    --seed 2: its candidates compile faster than the default seed's (about 14 CPU s for the
+    run instead of 20); the default seed through the CLI is test_tune.py's Ctrl-C test."""
     require_board_tools("host")
     out = tmp_path_factory.mktemp("tune-hello") / "tuning"
     proc = subprocess.run([sys.executable, "-m", "generator", "tune", str(INT8), "--board",
-                           "host", "--trials", "6", "--batch", "2", "-o", str(out), "--json"],
+                           "host", "--trials", "6", "--batch", "2", "--seed", "2", "-o",
+                           str(out), "--json"],
                           cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr
     return out, {"summary": json.loads(proc.stdout), "stderr": proc.stderr}
@@ -195,9 +198,13 @@ def tuned_conv(tmp_path_factory) -> tuple[Path, Path]:
     return model, root / "tuning"
 
 
+# The archives of the test below, exported once for both boards (generate only reads them).
+_tuned_exports: dict[tuple[str, str], object] = {}
+
+
 @pytest.mark.parametrize("board", ["host", "qemu-mps2-an385"])
 def test_tuned_archives_compute_what_untuned_ones_do(tuned_int8, tuned_float, tuned_conv, board,
-                                                    tmp_path):
+                                                    tmp_path, tmp_path_factory):
     """int8 bit-exact, float within 1e-5, on 8 random inputs (in QEMU only the conv: the
     other two are plain C loops the host already runs)."""
     require_board_tools(board)
@@ -211,7 +218,10 @@ def test_tuned_archives_compute_what_untuned_ones_do(tuned_int8, tuned_float, tu
     for name, export, records in cases:
         outputs = []
         for kind, tuning in (("untuned", None), ("tuned", TuningRecords.load(records))):
-            result = export(tmp_path / f"{name}-{kind}.tar", tuning)
+            if (name, kind) not in _tuned_exports:
+                folder = tmp_path_factory.mktemp(f"{name}-{kind}")
+                _tuned_exports[name, kind] = export(folder / f"{name}-{kind}.tar", tuning)
+            result = _tuned_exports[name, kind]
             if tuning is not None:
                 assert result.tuned or all("not faster" in n for n in result.notes), \
                     result.notes
@@ -301,7 +311,10 @@ def test_a_tuned_kernel_with_local_buffers_runs_in_the_arena(tmp_path):
     untuned kernel's on the host and in QEMU."""
     model = conv_model(tmp_path / "conv.tflite")
     (task,) = extract_tasks(model)
-    for i, sch in enumerate(propose_candidates(task, 16, seed=1)):  # the first that allocates
+    # The first candidate that allocates. Seed 2's first one does, and TVM compiles it in
+    # under a second (seed 1's first took 7-10 s, paid twice: the tuned export and the
+    # --ram-budget one below); the loop still finds one if the search space changes.
+    for i, sch in enumerate(propose_candidates(task, 16, seed=2)):
         records = tmp_path / f"t{i}"
         records.mkdir()
         append_record(records, Record(task.name, task.workload, candidate_hash(sch.mod),
