@@ -141,7 +141,7 @@ def _export(mod, dest: Path, module: str, output_names: list[str] | None, origin
         code.lifetime_bound = (lifetime_bound if lifetime_bound is not None
                                else _fast_lifetime_bound(mod, accelerators))
     notes = [f"output '{n}' is copied after the last kernel" for n in code.copied_outputs]
-    notes += [f"accelerator '{name}' matched no operator; the model runs on the CPU"
+    notes += [_unmatched_note(name, lowered.offload, accelerators)
               for name in lowered.offload.unmatched]
     notes += lowered.tuning_notes
     chains = sum(c.kernel.startswith(f"q_{conv_chain.KIND}") for c in program.calls)
@@ -261,11 +261,23 @@ def _tensor_meta(t: ccode.IoTensor) -> dict:
             "size": t.size_bytes}
 
 
+def _unmatched_note(name: str, offload, accelerators: list[Selected]) -> str:
+    default = any(s.name == name and s.origin == "default" for s in accelerators)
+    if offload.offloaded:
+        return (f"accelerator '{name}' took none of the operators the others left"
+                + ("; it is left out of the archive" if default else ""))
+    return f"accelerator '{name}' matched no operator; the model runs on the CPU"
+
+
 def _accelerators_meta(lowered, accelerators: list[Selected]) -> list[dict]:
-    """What each accelerator took: the archive's record, and what `generate` reads."""
+    """What each accelerator took: the archive's record, and what `generate` reads. A
+    board's default that took nothing is not recorded (its project would need its driver
+    for no call)."""
     out = []
     for s in accelerators:
         mine = [o for o in lowered.offload.offloaded if o.accelerator == s.name]
+        if not mine and s.origin == "default":
+            continue
         # Paths name the exporting machine's files: not recorded (generate takes them from
         # its own environment and flags).
         kinds = {o.name: o.type for o in s.plugin.options}

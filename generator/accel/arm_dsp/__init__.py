@@ -91,7 +91,7 @@ class ArmDsp(Accelerator):
             return "a zero point or activation range outside int8"
         if op.kind == "depthwise_conv2d":
             if op.output_shape[3] != op.input_shapes[0][3]:
-                return "a channel multiplier above 1"
+                return "a channel multiplier above 1 on more than one input channel"
             if t["weights"].size // op.output_shape[3] > MAX_TAPS:
                 return f"a depthwise kernel of more than {MAX_TAPS} taps"
         elif t["weights"][0].size > MAX_DIM:
@@ -143,8 +143,15 @@ class ArmDsp(Accelerator):
 
 
 def _as_conv(op: QuantizedOp) -> QuantizedOp:
-    """A dense layer as the 1x1 convolution it is: its batch rows as the pixels of one row
-    (the driver's conv2d runs both)."""
+    """A dense layer as the 1x1 convolution it is (its batch rows as the pixels of one
+    row), and a depthwise convolution of one input channel as the convolution it is (its
+    channel multiplier the output channels): the driver's conv2d runs them."""
+    if op.kind == "depthwise_conv2d" and op.input_shapes[0][3] == 1 \
+            and op.output_shape[3] > 1:
+        weights = op.tensors["weights"]
+        kh, kw = weights.shape[:2]
+        return QuantizedOp("conv2d", op.input_shapes, op.output_shape, op.params, {
+            **op.tensors, "weights": weights.reshape(kh, kw, -1).transpose(2, 0, 1)[..., None]})
     if op.kind != "dense":
         return op
     batches, depth = op.input_shapes[0]
