@@ -427,7 +427,8 @@ def test_vanilla_then_cmsis_nn_in_one_export(tmp_path, monkeypatch):
 def test_export_for_a_dsp_board_defaults_to_arm_dsp_then_cmsis_nn(tmp_path, monkeypatch,
                                                                    capsys):
     """On DSP boards our arm-dsp kernels come first (they need nothing from the user), then
-    CMSIS-NN when a tree is known; Helium boards take CMSIS-NN only (`default_off`)."""
+    CMSIS-NN when a tree is known; on Helium boards arm-dsp takes only depthwise layers
+    (hello_world has none)."""
     monkeypatch.delenv("CMSIS_NN_PATH", raising=False)
     assert main(["export", str(HELLO_INT8), "-o", str(tmp_path / "a.tar"),
                  "--board", "qemu-mps2-an386"]) == 0
@@ -461,8 +462,9 @@ def test_dsp_default_runs_a_one_channel_depthwise_as_our_convolution(tmp_path, m
     assert [(a["name"], a["operators"]) for a in m4["accelerators"]] == [
         ("arm-dsp", {"depthwise_conv2d": 1, "dense": 1}), ("cmsis-nn", {"softmax": 1})]
     m55 = export(model, tmp_path / "m55.tar", "--board", "qemu-mps3-an547")
-    assert m55["accelerators"][0]["operators"] == {"depthwise_conv2d": 1, "dense": 1,
-                                                   "softmax": 1}
+    taken = {a["name"]: a["operators"] for a in m55["accelerators"]}
+    assert taken == {"arm-dsp": {}, "cmsis-nn": {"depthwise_conv2d": 1, "dense": 1,
+                                                 "softmax": 1}}
     explicit = export(model, tmp_path / "any.tar", "--target", "cmsis-nn,c")
     assert explicit["accelerators"][0]["operators"]["depthwise_conv2d"] == 1
     rng = np.random.default_rng(2)

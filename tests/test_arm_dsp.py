@@ -37,10 +37,10 @@ HARNESS = r"""
 #include <stdlib.h>
 #include "mtvg_arm_dsp.h"
 
-/* Reads cases: op (0 conv2d, 1 depthwise), 20 scalars (conv2d's order; depthwise skips
- * out_c and weight_bits), five arrays (packed weights as uint32, bias, multiplier, shift,
- * addend as int32) with
- * their lengths, the input (int8) and the output length. Prints the status and outputs. */
+/* Reads cases: op (0 conv2d, 1 depthwise, 2 Helium depthwise), 20 scalars (conv2d's
+ * order; depthwise skips out_c and weight_bits), five arrays (packed weights as uint32,
+ * bias, multiplier, shift, addend as int32) with their lengths, the input (int8) and the
+ * output length. Prints the status and outputs. */
 static int rd(long* v) { return scanf("%ld", v) == 1; }
 
 int main(void) {
@@ -61,7 +61,12 @@ int main(void) {
     int8_t* out = calloc((size_t)n, 1);
     mtvg_accel_clear();
     const uint32_t* w = (const uint32_t*)arr[0];
-    int32_t st = op == 0
+    int32_t st = op == 2
+        ? mtvg_arm_dsp_depthwise_helium_s8(in, (const int8_t*)w, arr[1], arr[2], arr[3], arr[4],
+                                           out, s[0], s[1], s[2], s[3], s[4], s[6], s[7], s[8],
+                                           s[9], s[10], s[11], s[12], s[13], s[14], s[15], s[16],
+                                           s[17], s[19])
+        : op == 0
         ? mtvg_arm_dsp_conv2d_s8(in, w, arr[1], arr[2], arr[3], arr[4], out, s[0], s[1], s[2], s[3],
                                  s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12],
                                  s[13], s[14], s[15], s[16], s[17], s[18], s[19])
@@ -99,33 +104,42 @@ def harness(tmp_path_factory) -> Path:
     return build(tmp_path_factory.mktemp("arm_dsp"), 1 << 16)
 
 
-def encode(case: Conv, bits: int, narrow: bool) -> str:
-    """The case as the harness reads it, its weights packed as the plugin packs them;
+def encode(case: Conv, bits: int, narrow: bool, helium: bool = False) -> str:
+    """The case as the harness reads it, its weights packed as the plugin packs them
+    (`helium`: the Helium depthwise kernel's, 8-bit weights padded to whole words);
     `narrow` is used only where the plugin's bound allows it."""
     call = case.call()
     out_c = case.out_c
-    if case.depthwise:
+    bias = case.bias if case.bias is not None else np.zeros(out_c, np.int32)
+    if helium:
+        taps = case.k_hw[0] * case.k_hw[1]
+        flat, folded = layout.helium_depthwise(case.w, bias, case.zp_in, taps)
+        words = np.zeros(-(-flat.size // 4) * 4, np.int8)
+        words[:flat.size] = flat.reshape(-1)
+        packed, count = words.view(np.uint32), out_c
+    elif case.depthwise:
         taps = case.k_hw[0] * case.k_hw[1]
         packed, count = layout.depthwise_weights(case.w, taps), out_c
     else:
         packed, count = layout.conv_weights(case.w, bits), out_c + out_c % 2
-    bias = case.bias if case.bias is not None else np.zeros(out_c, np.int32)
     narrow = narrow and layout.narrow(case.w, bias, case.shift, case.depthwise)
     channels = [layout.pad_channels(a.astype(np.int32), count)
-                for a in (bias, case.mult, case.shift)]
-    arrays = [packed.view(np.int32), *channels,
-              layout.addend(channels[2], case.zp_out, narrow)]
-    parts = ["1" if case.depthwise else "0", *map(str, call.scalars), str(bits),
-             str(int(narrow))]
+                for a in (folded if helium else bias, case.mult, case.shift)]
+    channels.append(layout.addend(channels[2], case.zp_out, narrow))
+    if helium:
+        channels = [a[layout.helium_order(count)] for a in channels]
+    arrays = [packed.view(np.int32), *channels]
+    parts = ["2" if helium else "1" if case.depthwise else "0", *map(str, call.scalars),
+             str(bits), str(int(narrow))]
     for a in arrays:
         parts += [str(a.size), *map(str, a.reshape(-1).tolist())]
     parts += [str(case.x.size), *map(str, case.x.reshape(-1).tolist()), str(call.out_len)]
     return " ".join(parts)
 
 
-def run_cases(exe: Path, cases: list[Conv], bits: int = 16, narrow: bool = True
-              ) -> list[tuple[int, np.ndarray, str]]:
-    text = "\n".join(encode(c, bits, narrow) for c in cases) + "\n"
+def run_cases(exe: Path, cases: list[Conv], bits: int = 16, narrow: bool = True,
+              helium: bool = False) -> list[tuple[int, np.ndarray, str]]:
+    text = "\n".join(encode(c, bits, narrow, helium) for c in cases) + "\n"
     proc = subprocess.run([str(exe)], input=text, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = []
@@ -137,9 +151,10 @@ def run_cases(exe: Path, cases: list[Conv], bits: int = 16, narrow: bool = True
     return out
 
 
-def assert_bit_exact(exe: Path, cases: list[Conv], bits: int, narrow: bool) -> None:
+def assert_bit_exact(exe: Path, cases: list[Conv], bits: int, narrow: bool,
+                     helium: bool = False) -> None:
     for i, ((status, got, message), case) in enumerate(
-            zip(run_cases(exe, cases, bits, narrow), cases, strict=True)):
+            zip(run_cases(exe, cases, bits, narrow, helium), cases, strict=True)):
         want = case.reference()
         assert status == 0, f"case {i}: {message}"
         diff = np.flatnonzero(got != want)
@@ -195,13 +210,14 @@ def test_conv2d_bit_exact(harness, bits, narrow):
                                                  if not c.depthwise], bits, narrow)
 
 
-@pytest.mark.parametrize("narrow", [True, False])
-def test_depthwise_conv2d_bit_exact(harness, narrow):
+@pytest.mark.parametrize(("narrow", "helium"), [(True, False), (False, False), (True, True),
+                                              (False, True)])
+def test_depthwise_conv2d_bit_exact(harness, narrow, helium):
     rng = np.random.default_rng(12)
     cases = [c for c in depthwise_cases(rng) if c.out_c == c.x.shape[2]]
     assert len(cases) >= 10
     assert_bit_exact(harness, cases + [c for c in kws_like_cases(rng) if c.depthwise], 16,
-                     narrow)
+                     narrow, helium)
 
 
 def test_scratch_bounds_are_what_the_calls_take(tmp_path):
@@ -252,7 +268,12 @@ int main(void) {
     memset(out, 0, sizeof(out));
     mtvg_accel_clear();
     int32_t st = mtvg_accel_check(
-        c->op == 0
+        c->op == 2
+            ? mtvg_arm_dsp_depthwise_helium_s8(c->x, (const int8_t*)c->w, c->b, c->m, c->sh, c->ad,
+                                               out, s[0], s[1], s[2], s[3], s[4], s[6], s[7],
+                                               s[8], s[9], s[10], s[11], s[12], s[13], s[14],
+                                               s[15], s[16], s[17], s[19])
+        : c->op == 0
             ? mtvg_arm_dsp_conv2d_s8(c->x, c->w, c->b, c->m, c->sh, c->ad, out, s[0], s[1], s[2],
                                      s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11],
                                      s[12], s[13], s[14], s[15], s[16], s[17], s[18], s[19])
@@ -278,15 +299,15 @@ def _values(a: np.ndarray) -> str:
     return ", ".join(map(str, a.reshape(-1).tolist()))
 
 
-def embed(cases: list[tuple[Conv, int, bool]]) -> str:
+def embed(cases: list[tuple[Conv, int, bool, bool]]) -> str:
     """The cases, their packed arrays and TFLite's outputs as C constants (cases.h)."""
     lines = ["#include <stdint.h>",
              "struct test_case { int op; int32_t s[20]; const uint32_t* w; const int32_t* b; "
              "const int32_t* m; const int32_t* sh; const int32_t* ad; const int8_t* x; "
              "long out_len; const int8_t* want; };"]
     rows = []
-    for i, (case, bits, narrow) in enumerate(cases):
-        fields = encode(case, bits, narrow).split()
+    for i, (case, bits, narrow, helium) in enumerate(cases):
+        fields = encode(case, bits, narrow, helium).split()
         op, scalars = int(fields[0]), fields[1:21]
         rest, arrays = fields[21:], []
         for _ in range(5):
@@ -306,20 +327,20 @@ def embed(cases: list[tuple[Conv, int, bool]]) -> str:
                     f"{want.size}, y{i}}},")
     lines += ["static const struct test_case cases[] = {", *rows, "};",
               f"#define CASE_COUNT {len(cases)}",
-              f"#define CASE_OUT_MAX {max(c.reference().size for c, _, _ in cases)}"]
+              f"#define CASE_OUT_MAX {max(c[0].reference().size for c in cases)}"]
     return "\n".join(lines) + "\n"
 
 
 @pytest.mark.qemu
-def test_kernels_bit_exact_in_qemu_on_the_m4(tmp_path):
-    """The driver as a DSP core runs it (the written-out LDRD/SMLAD loops, SMMULR, SSAT):
-    the host tests' shapes with int16 and int8 weights, both output stages, and one-pixel
-    rows, against TFLite's references, on qemu-mps2-an386."""
+@pytest.mark.parametrize("board_name", ["qemu-mps2-an386", "qemu-mps3-an547"])
+def test_kernels_bit_exact_in_qemu(tmp_path, board_name):
+    """The driver as the cores run it (the written-out LDRD/SMLAD loops, SMMULR, SSAT; on the
+    M55 also the Helium depthwise kernel): the host tests' shapes with int16 and int8
+    weights, both output stages, and one-pixel rows, against TFLite's references."""
     from generator.boards import load_board
     from generator.device.links import qemu_argv
     from tests.conftest import port_folder, require_board_tools
 
-    board_name = "qemu-mps2-an386"
     require_board_tools(board_name)
     board = load_board(board_name)
     rng = np.random.default_rng(21)
@@ -328,9 +349,11 @@ def test_kernels_bit_exact_in_qemu_on_the_m4(tmp_path):
         random_conv(rng, False, in_hw=(1, 3), in_c=64, k_hw=(1, 1), out_c=12)]
     dws = [c for c in depthwise_cases(rng) if c.out_c == c.x.shape[2]] + \
         [c for c in kws_like_cases(rng) if c.depthwise]
-    cases = [(c, 16, True) for c in convs] + [(c, 8, True) for c in convs[:12]] + \
-        [(c, 16, False) for c in convs[:12]] + [(c, 16, True) for c in dws] + \
-        [(c, 16, False) for c in dws[:6]]
+    cases = [(c, 16, True, False) for c in convs] + [(c, 8, True, False) for c in convs[:12]] + \
+        [(c, 16, False, False) for c in convs[:12]] + [(c, 16, True, False) for c in dws] + \
+        [(c, 16, False, False) for c in dws[:6]]
+    if "mve" in board.features:
+        cases += [(c, 16, True, True) for c in dws] + [(c, 16, False, True) for c in dws[:6]]
     (tmp_path / "cases.h").write_text(embed(cases))
     (tmp_path / "main.c").write_text(FIRMWARE_MAIN)
     platform = port_folder(board.platform, tmp_path)

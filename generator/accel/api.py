@@ -149,8 +149,6 @@ class Accelerator:
     # `export --board B` without --target picks the plugin on boards with any of these
     # features, when `ready()` says it can be used with its default options.
     default_on: tuple[str, ...] = ()
-    # ... unless the board has any of these (a faster default exists there).
-    default_off: tuple[str, ...] = ()
 
     def configure(self, options: dict[str, Any]) -> None:
         """Check option values together (types are already checked); raise

@@ -214,8 +214,7 @@ def board_defaults(board, raw_options: list[str],
     selected, notes = [], []
     for f in discover(extra_paths):
         plugin = f.plugin
-        if plugin is None or f.shadowed_by or not set(plugin.default_on) & set(board.features) \
-                or set(plugin.default_off) & set(board.features):
+        if plugin is None or f.shadowed_by or not set(plugin.default_on) & set(board.features):
             continue
         if plugin.supports(board):
             continue

@@ -37,6 +37,8 @@ DRIVER_HEADER = DRIVER_DIR / "mtvg_arm_dsp.h"
 MAX_DIM = abi.header_constant(DRIVER_HEADER, "MTVG_ARM_DSP_MAX_DIM")
 MAX_TAPS = abi.header_constant(DRIVER_HEADER, "MTVG_ARM_DSP_MAX_TAPS")
 SHIFT_RANGE = (-31, 30)
+# On Helium our depthwise kernel runs whole blocks of 16 channels (benchmarks/cores.py).
+HELIUM_MIN_CHANNELS = 16
 
 
 def conv_scratch(depth: int, out_c: int) -> int:
@@ -58,11 +60,14 @@ class ArmDsp(Accelerator):
         Option("weights", "str", "int16", "conv2d weights in flash as int16 (twice the "
                "flash of int8, no widening in the inner loop) or int8; export reports the "
                "flash", choices=("int16", "int8")),
+        Option("core", "str", "dsp", "mve (Cortex-M55): only depthwise layers, with the "
+               "Helium kernel (CMSIS-NN's MVE kernels are faster for the others); "
+               "export --board sets it", choices=("dsp", "mve")),
     )
     default_on = ("dsp",)
-    # On Helium cores CMSIS-NN's MVE kernels are faster (kws on the M55: 1.81 M against
-    # 4.72 M instructions; benchmarks/cores.py).
-    default_off = ("mve",)
+
+    def board_options(self, board):
+        return {"core": "mve"} if "mve" in board.features else {}
 
     def supports(self, board) -> str | None:
         if "dsp" in board.features or board.is_native:
@@ -70,9 +75,20 @@ class ArmDsp(Accelerator):
         return "the board's core lacks the Arm DSP extension"
 
     def patterns(self, options):
+        if options.get("core") == "mve":
+            return [with_check(int8_op("depthwise_conv2d"), self._check_helium)]
         return [with_check(int8_op("conv2d"), self._check),
                 with_check(int8_op("depthwise_conv2d"), self._check),
                 with_check(int8_op("dense"), self._check)]
+
+    def _check_helium(self, m: Match) -> str | None:
+        if m.op.output_shape[3] != m.op.input_shapes[0][3]:
+            return "on Helium: a channel multiplier above 1 (CMSIS-NN's MVE kernels take it)"
+        if m.op.output_shape[3] < HELIUM_MIN_CHANNELS:
+            return (f"on Helium: fewer than {HELIUM_MIN_CHANNELS} channels (CMSIS-NN's MVE "
+                    "kernel is faster there: 0.90 M against 1.22 M instructions on "
+                    "mobilenet_v1_025's first depthwise layer)")
+        return self._check(m)
 
     @staticmethod
     def _check(m: Match) -> str | None:
@@ -112,12 +128,23 @@ class ArmDsp(Accelerator):
         pt, pl = p["padding"][0], p["padding"][1]
         count = o if depthwise else o + o % 2
         bits = 16 if options.get("weights", "int16") == "int16" else 8
-        packed = layout.depthwise_weights(t["weights"], taps) if depthwise \
-            else layout.conv_weights(t["weights"], bits)
+        helium = depthwise and options.get("core") == "mve"
+        bias = t["bias"]
+        if helium:
+            packed, bias = layout.helium_depthwise(t["weights"], bias, p["input_zero_point"],
+                                                   taps)
+        elif depthwise:
+            packed = layout.depthwise_weights(t["weights"], taps)
+        else:
+            packed = layout.conv_weights(t["weights"], bits)
         narrow = layout.narrow(t["weights"], t["bias"], t["shift"], depthwise)
         channels = {n: layout.pad_channels(t[n], count).astype(np.int32)
-                    for n in ("bias", "multiplier", "shift")}
+                    for n in ("multiplier", "shift")}
+        channels = {"bias": layout.pad_channels(bias, count).astype(np.int32), **channels}
         channels["addend"] = layout.addend(channels["shift"], p["output_zero_point"], narrow)
+        if helium:
+            order = layout.helium_order(count)
+            channels = {n: v[order] for n, v in channels.items()}
         consts = [packed, *channels.values()]
         params = [Param("input", op.input_shapes[0], "int8"),
                   *(Param(n, v.shape, str(v.dtype)) for n, v in
@@ -126,7 +153,8 @@ class ArmDsp(Accelerator):
         geometry = [h, w, c, oh, ow] + ([] if depthwise else [o]) + [
             kh, kw, sh, sw, pt, pl, dh, dw, p["input_zero_point"], p["output_zero_point"],
             p["act_min"], p["act_max"]] + ([int(narrow)] if depthwise else [bits, int(narrow)])
-        symbol = "mtvg_arm_dsp_depthwise_conv2d_s8" if depthwise else "mtvg_arm_dsp_conv2d_s8"
+        symbol = ("mtvg_arm_dsp_depthwise_helium_s8" if helium else
+                  "mtvg_arm_dsp_depthwise_conv2d_s8" if depthwise else "mtvg_arm_dsp_conv2d_s8")
         params[0] = Param("input", m.op.input_shapes[0], "int8")
         params[-1] = Param("output", m.op.output_shape, "int8")
         func = extern_kernel(self.name, symbol, params, [

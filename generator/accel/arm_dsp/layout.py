@@ -77,3 +77,28 @@ def addend(shift: np.ndarray, zero_point: int, narrow_stage: bool) -> np.ndarray
         return np.zeros(shift.size, np.int32)
     e = np.maximum(-shift.astype(np.int64), 1)  # padding channels (shift 0) are never stored
     return ((np.int64(1) << (e - 1)) + int(zero_point) * (np.int64(1) << e)).astype(np.int32)
+
+
+def helium_depthwise(weights: np.ndarray, bias: np.ndarray, input_zero_point: int,
+                     taps: int) -> tuple[np.ndarray, np.ndarray]:
+    """The Helium depthwise kernel's constants: TFLite's (tap, channel) int8 weights as they
+    are, and the bias plus (-input zero point) times each channel's weight sum over all taps
+    (wrapping int32 as C does): padding taps then read the zero point and add nothing."""
+    flat = weights.reshape(taps, -1).astype(np.int8)
+    folded = bias.astype(np.int64) - int(input_zero_point) * flat.astype(np.int64).sum(axis=0)
+    wrapped = (folded + (1 << 31)) % (1 << 32) - (1 << 31)
+    return flat, wrapped.astype(np.int32)
+
+
+def helium_order(channels: int) -> np.ndarray:
+    """Where the Helium depthwise kernel reads each channel's bias, multiplier and shift
+    (mtvg_arm_dsp.c helium_index): per whole block of sixteen, per half of eight, the even
+    channels then the odd ones; the last partial block in order. Returns, for each position,
+    the channel it holds."""
+    order = np.arange(channels)
+    for base in range(0, channels - channels % 16, 16):
+        block = []
+        for half in (0, 8):
+            block += [base + half + i for i in (0, 2, 4, 6, 1, 3, 5, 7)]
+        order[base:base + 16] = block
+    return order

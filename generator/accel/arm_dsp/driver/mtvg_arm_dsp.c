@@ -725,6 +725,191 @@ int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
   return 0;
 }
 
+/* ---- depthwise_conv2d on Helium ---------------------------------------------------------- */
+
+#if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1)
+#include <arm_mve.h>
+#define MTVG_ARM_DSP_MVE 1
+#endif
+
+/* Where channel `ch`'s bias, multiplier and shift are in the Helium kernel's arrays: in
+ * each whole block of sixteen channels the even ones first, then the odd ones, per half of
+ * eight (the lanes VMULLB and VMULLT give), the last partial block in order. */
+static inline int32_t helium_index(int32_t ch, int32_t c) {
+  const int32_t base = ch & ~15;
+  if (base + 16 > c) {
+    return ch;
+  }
+  const int32_t i = ch & 15;
+  return base + (i & 8) + ((i & 1) ? 4 : 0) + ((i & 7) >> 1);
+}
+
+#ifdef MTVG_ARM_DSP_MVE
+/* The short output stage in four lanes: VQRDMULH is the rounding doubling high multiply;
+ * adding -1 to negative values before VRSHL's round-half-up shift makes it TFLite's
+ * round-half-away-from-zero divide (shifts in [-22, -1]). */
+static inline int32x4_t helium_stage(int32x4_t acc, const int32_t* multiplier,
+                                     const int32_t* shift, const output_stage* stage) {
+  int32x4_t h = vqrdmulhq_s32(acc, vldrwq_s32(multiplier));
+  h = vaddq_s32(h, vshrq_n_s32(h, 31));
+  h = vrshlq_s32(h, vldrwq_s32(shift));
+  h = vaddq_n_s32(h, stage->zero_point);
+  h = vmaxq_s32(h, vdupq_n_s32(stage->act_min));
+  return vminq_s32(h, vdupq_n_s32(stage->act_max));
+}
+
+/* Sixteen channels of one pixel over every tap: two loads of eight int8 as int16 lanes
+ * (input, weights) per half, VMULLB/VMULLT for the even and odd lanes' products, a VADD
+ * each. The weights are TFLite's (tap, channel) int8; the bias holds the input offset times
+ * each channel's weight sum, so padding taps (reading the zero point) add nothing. */
+static void helium_block16(const int8_t* const* tap, int32_t taps, const int8_t* w,
+                           int32_t c, int32_t ch, const int32_t* bias,
+                           const int32_t* multiplier, const int32_t* shift,
+                           const output_stage* stage, int8_t* out) {
+  int32x4_t e0 = vldrwq_s32(bias), o0 = vldrwq_s32(bias + 4);
+  int32x4_t e1 = vldrwq_s32(bias + 8), o1 = vldrwq_s32(bias + 12);
+  for (int32_t t = 0; t < taps; ++t, w += c) {
+    const int8_t* x = tap[t] + ch;
+    int16x8_t xv = vldrbq_s16(x), wv = vldrbq_s16(w);
+    e0 = vaddq_s32(e0, vmullbq_int_s16(xv, wv));
+    o0 = vaddq_s32(o0, vmulltq_int_s16(xv, wv));
+    xv = vldrbq_s16(x + 8);
+    wv = vldrbq_s16(w + 8);
+    e1 = vaddq_s32(e1, vmullbq_int_s16(xv, wv));
+    o1 = vaddq_s32(o1, vmulltq_int_s16(xv, wv));
+  }
+  const uint32x4_t even = vidupq_n_u32(0, 2);  /* byte offsets 0, 2, 4, 6 */
+  const uint32x4_t odd = vaddq_n_u32(even, 1);
+  if (stage->narrow) {
+    vstrbq_scatter_offset_s32(out, even, helium_stage(e0, multiplier, shift, stage));
+    vstrbq_scatter_offset_s32(out, odd, helium_stage(o0, multiplier + 4, shift + 4, stage));
+    vstrbq_scatter_offset_s32(out + 8, even,
+                              helium_stage(e1, multiplier + 8, shift + 8, stage));
+    vstrbq_scatter_offset_s32(out + 8, odd,
+                              helium_stage(o1, multiplier + 12, shift + 12, stage));
+    return;
+  }
+  int32_t sums[16];
+  vstrwq_s32(sums, e0);
+  vstrwq_s32(sums + 4, o0);
+  vstrwq_s32(sums + 8, e1);
+  vstrwq_s32(sums + 12, o1);
+  for (int32_t i = 0; i < 16; ++i) {
+    const int32_t at = (i & 8) + ((i & 1) ? 4 : 0) + ((i & 7) >> 1);
+    out[i] = requantize(sums[at], multiplier[at], shift[at], stage);
+  }
+}
+
+/* The last channels (fewer than sixteen), in order, four int32 lanes per vector under a
+ * tail predicate. */
+static void helium_tail(const int8_t* const* tap, int32_t taps, const int8_t* w, int32_t c,
+                        int32_t ch, int32_t lanes, const int32_t* bias,
+                        const int32_t* multiplier, const int32_t* shift,
+                        const output_stage* stage, int8_t* out) {
+  for (int32_t v = 0; v < lanes; v += 4) {
+    const mve_pred16_t p = vctp32q((uint32_t)(lanes - v));
+    int32x4_t acc = vldrwq_z_s32(bias + v, p);
+    const int8_t* wt = w + v;
+    for (int32_t t = 0; t < taps; ++t, wt += c) {
+      acc = vaddq_s32(acc, vmulq_s32(vldrbq_z_s32(tap[t] + ch + v, p), vldrbq_z_s32(wt, p)));
+    }
+    if (stage->narrow) {
+      int32x4_t h = vqrdmulhq_s32(acc, vldrwq_z_s32(multiplier + v, p));
+      h = vaddq_s32(h, vshrq_n_s32(h, 31));
+      h = vrshlq_s32(h, vldrwq_z_s32(shift + v, p));
+      h = vaddq_n_s32(h, stage->zero_point);
+      h = vmaxq_s32(h, vdupq_n_s32(stage->act_min));
+      h = vminq_s32(h, vdupq_n_s32(stage->act_max));
+      vstrbq_p_s32(out + v, h, p);
+    } else {
+      int32_t sums[4];
+      vstrwq_s32(sums, acc);
+      for (int32_t i = 0; i < 4 && v + i < lanes; ++i) {
+        out[v + i] = requantize(sums[i], multiplier[v + i], shift[v + i], stage);
+      }
+    }
+  }
+}
+#endif
+
+int32_t mtvg_arm_dsp_depthwise_helium_s8(
+    const int8_t* input, const int8_t* weights, const int32_t* bias, const int32_t* multiplier,
+    const int32_t* shift, const int32_t* addend, int8_t* output, int32_t in_h, int32_t in_w,
+    int32_t c, int32_t out_h, int32_t out_w, int32_t k_h, int32_t k_w, int32_t stride_h,
+    int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h, int32_t dilation_w,
+    int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
+    int32_t narrow) {
+  ++depthwise_calls;
+  const int32_t sizes[] = {in_h, in_w, c, out_h, out_w, k_h, k_w,
+                           stride_h, stride_w, dilation_h, dilation_w};
+  const int32_t pads[] = {pad_top, pad_left};
+  if (input == NULL || weights == NULL || bias == NULL || multiplier == NULL || shift == NULL ||
+      addend == NULL || output == NULL || !dims_ok(sizes, sizeof(sizes) / sizeof(sizes[0]), 1) ||
+      !dims_ok(pads, 2, 0) || (int64_t)k_h * k_w > MTVG_ARM_DSP_MAX_TAPS ||
+      !quant_ok(input_zero_point, output_zero_point, act_min, act_max) ||
+      !channels_ok(multiplier, shift, c)) {
+    return fail(MTVG_ARM_DSP_EARGUMENT,
+                "depthwise_conv2d: an argument outside the driver's limits");
+  }
+  const int32_t taps = k_h * k_w;
+  const int32_t padded_c = (c + 3) / 4 * 4;
+  const uint32_t table_bytes = (uint32_t)taps * (uint32_t)sizeof(const int8_t*);
+  int32_t status = take_scratch(4u * (uint32_t)padded_c + table_bytes + (uint32_t)padded_c);
+  if (status != 0) {
+    return status;
+  }
+  int32_t* sums = (int32_t*)scratch.words;
+  const int8_t** tap = (const int8_t**)(void*)(scratch.words + padded_c);
+  int8_t* pad_row = (int8_t*)(scratch.words + padded_c) + table_bytes;
+  fill_bytes(pad_row, (int8_t)input_zero_point, padded_c);
+  const output_stage stage = {output_zero_point, act_min, act_max, narrow};
+  for (int32_t oy = 0; oy < out_h; ++oy) {
+    for (int32_t ox = 0; ox < out_w; ++ox) {
+      int32_t t = 0;
+      for (int32_t ky = 0; ky < k_h; ++ky) {
+        const int32_t iy = oy * stride_h - pad_top + ky * dilation_h;
+        for (int32_t kx = 0; kx < k_w; ++kx) {
+          const int32_t ix = ox * stride_w - pad_left + kx * dilation_w;
+          tap[t++] = (iy < 0 || iy >= in_h || ix < 0 || ix >= in_w)
+                         ? pad_row
+                         : input + ((size_t)iy * (size_t)in_w + (size_t)ix) * (size_t)c;
+        }
+      }
+      int8_t* out = output + ((size_t)oy * (size_t)out_w + (size_t)ox) * (size_t)c;
+#ifdef MTVG_ARM_DSP_MVE
+      (void)sums;
+      (void)addend;
+      int32_t ch = 0;
+      for (; ch + 16 <= c; ch += 16) {
+        helium_block16(tap, taps, weights + ch, c, ch, bias + ch, multiplier + ch, shift + ch,
+                       &stage, out + ch);
+      }
+      if (ch < c) {
+        helium_tail(tap, taps, weights + ch, c, ch, c - ch, bias + ch, multiplier + ch,
+                    shift + ch, &stage, out + ch);
+      }
+#else
+      /* Elsewhere: the same sums in plain C (padding taps read the zero point, which the
+       * folded bias cancels), each channel's constants where helium_index puts them. */
+      for (int32_t ch = 0; ch < c; ++ch) {
+        const int32_t at = helium_index(ch, c);
+        uint32_t acc = (uint32_t)bias[at];
+        for (int32_t k = 0; k < taps; ++k) {
+          acc += (uint32_t)((int32_t)tap[k][ch] * (int32_t)weights[(size_t)k * (size_t)c + ch]);
+        }
+        const int32_t mult = multiplier[at], sh = shift[at];
+        out[ch] = stage.narrow
+                      ? clamp_int8(narrow_stage((int32_t)acc, mult, sh, addend[at]), act_min,
+                                   act_max)
+                      : requantize((int32_t)acc, mult, sh, &stage);
+      }
+      (void)sums;
+#endif
+    }
+  }
+  return 0;
+}
+
 void mtvg_arm_dsp_counters(mtvg_accel_emit_fn emit) {
   emit(MTVG_ARM_DSP_NAME, "conv2d_calls", conv2d_calls);
   emit(MTVG_ARM_DSP_NAME, "depthwise_conv2d_calls", depthwise_calls);

@@ -98,6 +98,22 @@ int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
     int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
     int32_t narrow);
 
+/*!
+ * \brief depthwise_conv2d with channel multiplier 1 for Helium (Cortex-M55: four int32 lanes
+ * per vector, sixteen channels per step; plain C elsewhere, with the same results).
+ * \param weights TFLite's own (k_h, k_w, c) int8 layout.
+ * \param bias the model's bias plus (-input_zero_point) times the sum of the channel's
+ *        weights over all taps (wrapping int32): padding taps read the input zero point.
+ * Scratch: as depthwise_conv2d.
+ */
+int32_t mtvg_arm_dsp_depthwise_helium_s8(
+    const int8_t* input, const int8_t* weights, const int32_t* bias, const int32_t* multiplier,
+    const int32_t* shift, const int32_t* addend, int8_t* output, int32_t in_h, int32_t in_w,
+    int32_t c, int32_t out_h, int32_t out_w, int32_t k_h, int32_t k_w, int32_t stride_h,
+    int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h, int32_t dilation_w,
+    int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
+    int32_t narrow);
+
 /*! \brief Counters (mtvg/accel.h): calls per operator, scratch size and peak. */
 void mtvg_arm_dsp_counters(mtvg_accel_emit_fn emit);
 
