@@ -14,7 +14,7 @@ cycle count where one exists.
 - published: MLPerf Tiny v1.3 (2025) results, in cycles on silicon.
 
 Usage: python benchmarks/cores.py [--boards qemu-mps2-an386,...] [--models kws,...]
-       [--cmsis-nn PATH] [--json] [--docs | --check-docs]
+       [--cmsis-nn PATH] [--json] [--from-json FILE] [--docs | --check-docs]
 """
 
 from __future__ import annotations
@@ -191,6 +191,8 @@ def main() -> int:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--cmsis-nn", type=Path, help="a CMSIS-NN source tree")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--from-json", type=Path, metavar="FILE",
+                        help="take the rows a --json run printed instead of measuring")
     add_docs_options(parser, "the per-core tables in docs/quantization.md")
     args = parser.parse_args()
     if args.docs or args.check_docs:
@@ -204,8 +206,12 @@ def main() -> int:
     tree = args.cmsis_nn or os.environ.get("CMSIS_NN_PATH") or \
         REPO.parent / "shared" / "third_party" / "CMSIS-NN"
     os.environ["CMSIS_NN_PATH"] = str(Path(tree).resolve())
-    with tempfile.TemporaryDirectory(prefix="mtvg-cores-bench-") as tmp:
-        rows = measure(models, boards, Path(tmp))
+    if args.from_json:
+        rows = json.loads(args.from_json.read_text())
+        boards = [b for b in BOARDS if any(r["board"] == b for r in rows)]
+    else:
+        with tempfile.TemporaryDirectory(prefix="mtvg-cores-bench-") as tmp:
+            rows = measure(models, boards, Path(tmp))
     if args.docs or args.check_docs:
         status = 0
         for board in boards:
