@@ -819,9 +819,10 @@ def test_driver_cross_compiles_and_links(tmp_path, core):
 
 # ---- the DSP and MVE kernels, run in QEMU --------------------------------------------------
 
-# Each board's CMSIS-NN build: plain C (M3), DSP (M4, M7, M33), MVE (M55).
-QEMU_CORES = {"qemu-mps2-an385": "plain", "qemu-mps2-an386": "dsp", "qemu-mps2-an500": "dsp",
-              "qemu-mps2-an505": "dsp", "qemu-mps3-an547": "mve"}
+# One board per CMSIS-NN code path: plain C (M3), DSP (M4), MVE (M55). The M7 and M33 take
+# the same DSP C as the M4 (left out for suite time); their projects run end to end in
+# test_export.py and test_end_to_end.py.
+QEMU_CORES = {"qemu-mps2-an385": "plain", "qemu-mps2-an386": "dsp", "qemu-mps3-an547": "mve"}
 
 FIRMWARE_MAIN = DISPATCH + r"""
 #include <string.h>
