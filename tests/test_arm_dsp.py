@@ -120,20 +120,19 @@ def encode(case: Conv, bits: int, narrow: bool, helium: bool = False) -> str:
     call = case.call()
     out_c = case.out_c
     bias = case.bias if case.bias is not None else np.zeros(out_c, np.int32)
-    if helium:
+    if case.depthwise:
         taps = case.k_hw[0] * case.k_hw[1]
-        flat, folded = layout.helium_depthwise(case.w, bias, case.zp_in, taps)
-        words = np.zeros(-(-flat.size // 4) * 4, np.int8)
-        words[:flat.size] = flat.reshape(-1)
-        packed, count = words.view(np.uint32), out_c
-    elif case.depthwise:
-        taps = case.k_hw[0] * case.k_hw[1]
+        bias = layout.fold_input_offset(case.w, bias, case.zp_in, taps)
         packed, count = layout.depthwise_weights(case.w, taps), out_c
+        if helium:
+            words = np.zeros(-(-case.w.size // 4) * 4, np.int8)
+            words[:case.w.size] = case.w.reshape(-1)
+            packed = words.view(np.uint32)
     else:
         packed, count = layout.conv_weights(case.w, bits), out_c + out_c % 2
     narrow = narrow and layout.narrow(case.w, bias, case.shift, case.depthwise)
     channels = [layout.pad_channels(a.astype(np.int32), count)
-                for a in (folded if helium else bias, case.mult, case.shift)]
+                for a in (bias, case.mult, case.shift)]
     channels.append(layout.addend(channels[2], case.zp_out, narrow))
     if helium:
         channels = [a[layout.helium_order(count)] for a in channels]

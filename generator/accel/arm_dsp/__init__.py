@@ -130,11 +130,10 @@ class ArmDsp(Accelerator):
         bits = 16 if options.get("weights", "int16") == "int16" else 8
         helium = depthwise and options.get("core") == "mve"
         bias = t["bias"]
-        if helium:
-            packed, bias = layout.helium_depthwise(t["weights"], bias, p["input_zero_point"],
-                                                   taps)
-        elif depthwise:
-            packed = layout.depthwise_weights(t["weights"], taps)
+        if depthwise:
+            bias = layout.fold_input_offset(t["weights"], bias, p["input_zero_point"], taps)
+            packed = t["weights"].reshape(taps, -1).astype(np.int8) if helium \
+                else layout.depthwise_weights(t["weights"], taps)
         else:
             packed = layout.conv_weights(t["weights"], bits)
         narrow = layout.narrow(t["weights"], t["bias"], t["shift"], depthwise)

@@ -79,15 +79,14 @@ def addend(shift: np.ndarray, zero_point: int, narrow_stage: bool) -> np.ndarray
     return ((np.int64(1) << (e - 1)) + int(zero_point) * (np.int64(1) << e)).astype(np.int32)
 
 
-def helium_depthwise(weights: np.ndarray, bias: np.ndarray, input_zero_point: int,
-                     taps: int) -> tuple[np.ndarray, np.ndarray]:
-    """The Helium depthwise kernel's constants: TFLite's (tap, channel) int8 weights as they
-    are, and the bias plus (-input zero point) times each channel's weight sum over all taps
-    (wrapping int32 as C does): padding taps then read the zero point and add nothing."""
-    flat = weights.reshape(taps, -1).astype(np.int8)
-    folded = bias.astype(np.int64) - int(input_zero_point) * flat.astype(np.int64).sum(axis=0)
-    wrapped = (folded + (1 << 31)) % (1 << 32) - (1 << 31)
-    return flat, wrapped.astype(np.int32)
+def fold_input_offset(weights: np.ndarray, bias: np.ndarray, input_zero_point: int,
+                      taps: int) -> np.ndarray:
+    """A depthwise layer's bias plus (-input zero point) times each channel's weight sum over
+    all taps (wrapping int32 as C does): the depthwise kernels widen the inputs as they are,
+    and padding taps, which read the zero point, then add nothing."""
+    flat = weights.reshape(taps, -1).astype(np.int64)
+    folded = bias.astype(np.int64) - int(input_zero_point) * flat.sum(axis=0)
+    return ((folded + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
 
 
 def helium_order(channels: int) -> np.ndarray:

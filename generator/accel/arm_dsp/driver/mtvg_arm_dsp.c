@@ -598,14 +598,103 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
 /* One channel outside the groups of four: lane l of its group reads word l % 2's half
  * l / 2 of each tap. */
 static int32_t tail_dot(const int8_t* const* taps, const uint32_t* w, int32_t count,
-                        int32_t channel, int32_t lane, int32_t offset, int32_t acc) {
+                        int32_t channel, int32_t lane, int32_t acc) {
   for (int32_t t = 0; t < count; ++t) {
     const uint32_t word = w[2 * t + (lane & 1)];
     const uint32_t half = (lane & 2) ? word >> 16 : word & 0xFFFFu;
     const int32_t weight = (int32_t)(half ^ 0x8000u) - 0x8000;
-    acc += weight * (taps[t][channel] + offset);
+    acc = (int32_t)((uint32_t)acc + (uint32_t)(weight * taps[t][channel]));
   }
   return acc;
+}
+
+/* The `full` whole groups of four channels of one pixel over every tap: `sums` receives
+ * each channel's bias plus its products (the bias already holds the input offset times the
+ * channel's weight sum, so the inputs are widened as they are and padding taps, reading
+ * the zero point, add nothing). Per tap: one load of four inputs, two SXTB16, one LDRD of
+ * the weights, four SMLABB/SMLATT. */
+static void depthwise_groups(const int8_t* const* tap, int32_t taps, const uint32_t* w,
+                             int32_t full, const int32_t* bias, int32_t* sums) {
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+  if (taps >= 2 && full > 0) {
+    /* Written out over all groups (the loop's state kept in `state`: fourteen registers are
+     * taken), two taps per inner turn with one LDRD of their pointers. */
+    struct {
+      const int32_t* bias;
+      const int8_t* const* tap;
+      int32_t odd;
+      int32_t* sums;
+      int32_t end;
+    } state = {bias, tap, taps % 2, sums, 4 * full};
+    const int8_t* const* const pairs_end = tap + 2 * (taps / 2);
+    const int8_t* const* tp;
+    const int8_t* p0;
+    const int8_t* p1;
+    int32_t ch = 0;
+    int32_t a0, a1, a2, a3;
+    uint32_t t, w0, w1;
+#define MTVG_ARM_DSP_TAP(x)                          \
+  "sxtb16 %[t], %[" x "]\n\t"                        \
+  "sxtb16 %[" x "], %[" x "], ror #8\n\t"            \
+  "ldrd %[w0], %[w1], [%[w]], #8\n\t"                \
+  "smlabb %[a0], %[t], %[w0], %[a0]\n\t"             \
+  "smlatt %[a2], %[t], %[w0], %[a2]\n\t"             \
+  "smlabb %[a1], %[" x "], %[w1], %[a1]\n\t"         \
+  "smlatt %[a3], %[" x "], %[w1], %[a3]\n\t"
+    __asm__ volatile(
+        "0:\n\t"
+        "ldr %[t], [%[state]]\n\t"
+        "ldrd %[a0], %[a1], [%[t]], #8\n\t"
+        "ldrd %[a2], %[a3], [%[t]], #8\n\t"
+        "str %[t], [%[state]]\n\t"
+        "ldr %[tp], [%[state], #4]\n\t"
+        "1:\n\t"
+        "ldrd %[p0], %[p1], [%[tp]], #8\n\t"
+        "ldr %[p0], [%[p0], %[ch]]\n\t"
+        "ldr %[p1], [%[p1], %[ch]]\n\t"
+        MTVG_ARM_DSP_TAP("p0")
+        MTVG_ARM_DSP_TAP("p1")
+        "cmp %[tp], %[pairs_end]\n\t"
+        "bne 1b\n\t"
+        "ldr %[t], [%[state], #8]\n\t"
+        "cmp %[t], #0\n\t"
+        "beq 2f\n\t"
+        "ldr %[p0], [%[tp]]\n\t"
+        "ldr %[p0], [%[p0], %[ch]]\n\t"
+        MTVG_ARM_DSP_TAP("p0")
+        "2:\n\t"
+        "ldr %[t], [%[state], #12]\n\t"
+        "strd %[a0], %[a1], [%[t]], #8\n\t"
+        "strd %[a2], %[a3], [%[t]], #8\n\t"
+        "str %[t], [%[state], #12]\n\t"
+        "add %[ch], %[ch], #4\n\t"
+        "ldr %[t], [%[state], #16]\n\t"
+        "cmp %[ch], %[t]\n\t"
+        "bne 0b\n\t"
+        : [a0] "=&r"(a0), [a1] "=&r"(a1), [a2] "=&r"(a2), [a3] "=&r"(a3), [tp] "=&r"(tp),
+          [w] "+r"(w), [ch] "+r"(ch), [p0] "=&r"(p0), [p1] "=&r"(p1), [t] "=&r"(t),
+          [w0] "=&r"(w0), [w1] "=&r"(w1)
+        : [pairs_end] "r"(pairs_end), [state] "r"(&state)
+        : "cc", "memory");
+#undef MTVG_ARM_DSP_TAP
+    return;
+  }
+#endif
+  for (int32_t ch = 0; ch < 4 * full; ch += 4) {
+    int32_t a0 = bias[ch], a1 = bias[ch + 1], a2 = bias[ch + 2], a3 = bias[ch + 3];
+    for (int32_t t = 0; t < taps; ++t, w += 2) {
+      const uint32_t x = load32(tap[t] + ch);
+      const uint32_t x02 = sxtb16(x), x13 = sxtb16_ror8(x);
+      a0 = smlabb(x02, w[0], a0);
+      a2 = smlatt(x02, w[0], a2);
+      a1 = smlabb(x13, w[1], a1);
+      a3 = smlatt(x13, w[1], a3);
+    }
+    sums[ch] = a0;
+    sums[ch + 1] = a1;
+    sums[ch + 2] = a2;
+    sums[ch + 3] = a3;
+  }
 }
 
 int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
@@ -641,7 +730,6 @@ int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
   int8_t* pad_row = (int8_t*)(scratch.words + padded_c) + table_bytes;
   fill_bytes(pad_row, (int8_t)input_zero_point, padded_c);
   const output_stage stage = {output_zero_point, act_min, act_max, narrow};
-  const uint32_t offset = offset_pair(input_zero_point);
   const int32_t full = c / 4;
   for (int32_t oy = 0; oy < out_h; ++oy) {
     for (int32_t ox = 0; ox < out_w; ++ox) {
@@ -657,67 +745,10 @@ int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
       }
       int8_t* out = output + ((size_t)oy * (size_t)out_w + (size_t)ox) * (size_t)c;
       const uint32_t* w = weights;
-      for (int32_t grp = 0; grp < full; ++grp) {
-        const int32_t ch = 4 * grp;
-        int32_t a0 = bias[ch], a1 = bias[ch + 1], a2 = bias[ch + 2], a3 = bias[ch + 3];
-        const int8_t* const* tp = tap;
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
-        /* Written out, two taps per loop turn: one LDRD of their pointers, two of their
-         * weights. */
-        if (taps >= 2) {
-          const uint32_t* const pairs_end = w + 4 * (taps / 2);
-          const int8_t* p0;
-          const int8_t* p1;
-          uint32_t t, w0, w1;
-          __asm__ volatile(
-              "1:\n\t"
-              "ldrd %[p0], %[p1], [%[tp]], #8\n\t"
-              "ldr %[p0], [%[p0], %[ch]]\n\t"
-              "ldr %[p1], [%[p1], %[ch]]\n\t"
-              "sxtab16 %[t], %[off], %[p0]\n\t"
-              "sxtab16 %[p0], %[off], %[p0], ror #8\n\t"
-              "ldrd %[w0], %[w1], [%[w]], #8\n\t"
-              "smlabb %[a0], %[t], %[w0], %[a0]\n\t"
-              "smlatt %[a2], %[t], %[w0], %[a2]\n\t"
-              "smlabb %[a1], %[p0], %[w1], %[a1]\n\t"
-              "smlatt %[a3], %[p0], %[w1], %[a3]\n\t"
-              "sxtab16 %[t], %[off], %[p1]\n\t"
-              "sxtab16 %[p1], %[off], %[p1], ror #8\n\t"
-              "ldrd %[w0], %[w1], [%[w]], #8\n\t"
-              "smlabb %[a0], %[t], %[w0], %[a0]\n\t"
-              "smlatt %[a2], %[t], %[w0], %[a2]\n\t"
-              "smlabb %[a1], %[p1], %[w1], %[a1]\n\t"
-              "smlatt %[a3], %[p1], %[w1], %[a3]\n\t"
-              "cmp %[w], %[end]\n\t"
-              "bne 1b\n\t"
-              : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [tp] "+r"(tp),
-                [w] "+r"(w), [p0] "=&r"(p0), [p1] "=&r"(p1), [t] "=&r"(t), [w0] "=&r"(w0),
-                [w1] "=&r"(w1)
-              : [end] "r"(pairs_end), [ch] "r"(ch), [off] "r"(offset)
-              : "cc", "memory");
-        }
-        const uint32_t* const end = w + 2 * (taps % 2);
-#else
-        const uint32_t* const end = w + 2 * taps;
-#endif
-        while (w != end) {
-          const uint32_t x = load32(*tp++ + ch);
-          const uint32_t x02 = sxtab16(offset, x);
-          const uint32_t x13 = sxtab16_ror8(offset, x);
-          const uint32_t w02 = w[0], w13 = w[1];
-          w += 2;
-          a0 = smlabb(x02, w02, a0);
-          a2 = smlatt(x02, w02, a2);
-          a1 = smlabb(x13, w13, a1);
-          a3 = smlatt(x13, w13, a3);
-        }
-        sums[ch] = a0;
-        sums[ch + 1] = a1;
-        sums[ch + 2] = a2;
-        sums[ch + 3] = a3;
-      }
+      depthwise_groups(tap, taps, w, full, bias, sums);
+      w += (size_t)full * 2u * (size_t)taps;
       for (int32_t ch = 4 * full; ch < c; ++ch) {
-        sums[ch] = tail_dot(tap, w, taps, ch, ch % 4, -input_zero_point, bias[ch]);
+        sums[ch] = tail_dot(tap, w, taps, ch, ch % 4, bias[ch]);
       }
       requantize_row(sums, 2, multiplier, shift, addend, c, &stage, out);
     }

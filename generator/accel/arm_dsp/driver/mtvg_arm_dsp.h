@@ -89,6 +89,9 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
 /*!
  * \brief depthwise_conv2d with channel multiplier 1 (out_c == in_c == c), int8 NHWC.
  * \param weights packed as the header says; bias, multiplier, shift, addend: c each.
+ * \param bias the model's bias plus (-input_zero_point) times the sum of the channel's
+ *        weights over all taps (wrapping int32): the inputs are widened as they are, and
+ *        padding taps read the input zero point.
  */
 int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
     const int8_t* input, const uint32_t* weights, const int32_t* bias,
