@@ -49,12 +49,17 @@ BOARDS = {"qemu-mps2-an386": "Cortex-M4F (DSP)", "qemu-mps2-an505": "Cortex-M33 
 CONFIGS = ("generic", "cmsis-nn", "default")
 SAMPLES = 5
 
-# TFLite Micro + CMSIS-NN, instructions per inference (median of the same 5 inputs):
-# board → model → count. kws: ../shared/docs/tflm-baseline.md; the others measured for this
-# table with ../shared/tflm-cortexm (TFLM 90b983c, CMSIS-NN 4ab83cc, -O2; docs/quantization.md).
-TFLM_CMSIS_NN: dict[str, dict[str, int]] = {
-    "qemu-mps2-an386": {"kws": 7_700_760},
-    "qemu-mps3-an547": {"kws": 1_816_750},
+# TFLite Micro + CMSIS-NN: board → model → (instructions per inference, whole firmware's
+# flash in bytes or None). kws: ../shared/docs/tflm-baseline.md (the median of its 25 test
+# vectors). The others: built for this table with ../shared/tflm-cortexm's recipe (TFLite
+# Micro 90b983c, CMSIS-NN 4ab83cc, CMSIS_6 5782d6f, arm-none-eabi-gcc 12.2 -O2, config
+# m4_cmsis), run in QEMU mps2-an386 -icount shift=0 on the same 5 seeded inputs, outputs
+# byte-equal with the Python interpreter's; flash from arm-none-eabi-size without the test
+# vectors (the model array included). kws's flash was measured the same way.
+TFLM_CMSIS_NN: dict[str, dict[str, tuple[int, int | None]]] = {
+    "qemu-mps2-an386": {"kws": (7_700_760, 143_908), "mobilenet_v1_025": (24_100_600, 377_972),
+                        "resnet8": (29_856_280, 176_512), "autoencoder": (582_600, 311_956)},
+    "qemu-mps3-an547": {"kws": (1_816_750, None)},
 }
 # Best published cycle counts (MLPerf Tiny v1.3, 2025): board → model → (cycles, who).
 PUBLISHED: dict[str, dict[str, tuple[int, str]]] = {
@@ -162,22 +167,24 @@ def table_lines(rows: list[dict], board: str) -> list[str]:
     """One core's table."""
     lines = ["| model | MACs (accelerated) | ours, generic C | ours + CMSIS-NN | default (arm-dsp, "
              "CMSIS-NN) | TFLite Micro + CMSIS-NN | default / TFLM | best published "
-             "(cycles) | default flash |",
+             "(cycles) | flash B: default / TFLM |",
              "|---|---:|---:|---:|---:|---:|---:|---|---:|"]
     for name in MODELS:
         by = {r["config"]: r for r in rows if r["model"] == name and r["board"] == board}
         if not by:
             continue
-        tflm = TFLM_CMSIS_NN.get(board, {}).get(name)
+        tflm, tflm_flash = TFLM_CMSIS_NN.get(board, {}).get(name, (None, None))
         published = PUBLISHED.get(board, {}).get(name)
         best = f"{published[0] / 1e6:.2f} M ({published[1]})" if published else "–"
         default = by["default"]["instructions"]
+        flash = f"{by['default']['flash_bytes']:,}" + (f" / {tflm_flash:,}" if tflm_flash
+                                                        else "")
         lines.append(
             f"| {name} | {by['default']['accelerator_macs'] / 1e6:.2f} M | "
             f"{by['generic']['instructions']:,} | "
             f"{by['cmsis-nn']['instructions']:,} | **{default:,}** | "
             f"{f'{tflm:,}' if tflm else 'not measured'} | {_ratio(default, tflm)} | {best} | "
-            f"{by['default']['flash_bytes']:,} B |")
+            f"{flash} |")
     return lines
 
 
