@@ -601,6 +601,63 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
   return 0;
 }
 
+/* ---- what both depthwise kernels share ------------------------------------------------ */
+
+/* A depthwise call's geometry and its scratch: the pixel's sums (one per channel, padded to
+ * a multiple of four), its tap pointers, a row of input zero points for taps outside. */
+typedef struct {
+  const int8_t* input;
+  int32_t in_h, in_w, c, k_h, k_w, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w;
+  int32_t* sums;
+  const int8_t** tap;
+  int8_t* pad_row;
+} depthwise_frame;
+
+/* Checks a depthwise call's arguments and lays its scratch out (`pointers_ok`: no NULL). */
+static int32_t depthwise_begin(depthwise_frame* f, int pointers_ok, const int32_t* multiplier,
+                               const int32_t* shift, int32_t out_h, int32_t out_w,
+                               int32_t input_zero_point, int32_t output_zero_point,
+                               int32_t act_min, int32_t act_max) {
+  ++depthwise_calls;
+  const int32_t sizes[] = {f->in_h, f->in_w, f->c, out_h, out_w, f->k_h, f->k_w,
+                           f->stride_h, f->stride_w, f->dil_h, f->dil_w};
+  const int32_t pads[] = {f->pad_top, f->pad_left};
+  if (!pointers_ok || !dims_ok(sizes, sizeof(sizes) / sizeof(sizes[0]), 1) ||
+      !dims_ok(pads, 2, 0) || (int64_t)f->k_h * f->k_w > MTVG_ARM_DSP_MAX_TAPS ||
+      !quant_ok(input_zero_point, output_zero_point, act_min, act_max) ||
+      !channels_ok(multiplier, shift, f->c)) {
+    return fail(MTVG_ARM_DSP_EARGUMENT,
+                "depthwise_conv2d: an argument outside the driver's limits");
+  }
+  const int32_t padded_c = (f->c + 3) / 4 * 4;
+  const uint32_t table_bytes = (uint32_t)(f->k_h * f->k_w) * (uint32_t)sizeof(const int8_t*);
+  int32_t status = take_scratch(4u * (uint32_t)padded_c + table_bytes + (uint32_t)padded_c);
+  if (status != 0) {
+    return status;
+  }
+  f->sums = (int32_t*)scratch.words;
+  f->tap = (const int8_t**)(void*)(scratch.words + padded_c);
+  f->pad_row = (int8_t*)(scratch.words + padded_c) + table_bytes;
+  fill_bytes(f->pad_row, (int8_t)input_zero_point, padded_c);
+  return 0;
+}
+
+/* Output pixel (oy, ox)'s tap pointers: its input pixel, or the zero point row. The frame
+ * is read into locals first (the table's stores could alias it). */
+static inline void depthwise_taps(const depthwise_frame* frame, int32_t oy, int32_t ox) {
+  const depthwise_frame f = *frame;
+  const int8_t** tap = f.tap;
+  for (int32_t ky = 0; ky < f.k_h; ++ky) {
+    const int32_t iy = oy * f.stride_h - f.pad_top + ky * f.dil_h;
+    for (int32_t kx = 0; kx < f.k_w; ++kx) {
+      const int32_t ix = ox * f.stride_w - f.pad_left + kx * f.dil_w;
+      *tap++ = (iy < 0 || iy >= f.in_h || ix < 0 || ix >= f.in_w)
+                   ? f.pad_row
+                   : f.input + ((size_t)iy * (size_t)f.in_w + (size_t)ix) * (size_t)f.c;
+    }
+  }
+}
+
 /* ---- depthwise_conv2d ------------------------------------------------------------------- */
 
 /* One channel outside the groups of four: lane l of its group reads word l % 2's half
@@ -712,45 +769,23 @@ int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
     int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h, int32_t dilation_w,
     int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
     int32_t narrow) {
-  ++depthwise_calls;
-  const int32_t sizes[] = {in_h, in_w, c, out_h, out_w, k_h, k_w,
-                           stride_h, stride_w, dilation_h, dilation_w};
-  const int32_t pads[] = {pad_top, pad_left};
-  if (input == NULL || weights == NULL || bias == NULL || multiplier == NULL || shift == NULL ||
-      addend == NULL ||
-      output == NULL || !dims_ok(sizes, sizeof(sizes) / sizeof(sizes[0]), 1) ||
-      !dims_ok(pads, 2, 0) || (int64_t)k_h * k_w > MTVG_ARM_DSP_MAX_TAPS ||
-      !quant_ok(input_zero_point, output_zero_point, act_min, act_max) ||
-      !channels_ok(multiplier, shift, c)) {
-    return fail(MTVG_ARM_DSP_EARGUMENT,
-                "depthwise_conv2d: an argument outside the driver's limits");
-  }
-  const int32_t taps = k_h * k_w;
-  const int32_t padded_c = (c + 3) / 4 * 4;
-  const uint32_t table_bytes = (uint32_t)taps * (uint32_t)sizeof(const int8_t*);
-  int32_t status = take_scratch(4u * (uint32_t)padded_c + table_bytes + (uint32_t)padded_c);
+  depthwise_frame f = {input,    in_h,     in_w,       c,          k_h,  k_w,  stride_h,
+                       stride_w, pad_top,  pad_left,   dilation_h, dilation_w, NULL, NULL,
+                       NULL};
+  const int32_t status = depthwise_begin(
+      &f, input && weights && bias && multiplier && shift && addend && output, multiplier,
+      shift, out_h, out_w, input_zero_point, output_zero_point, act_min, act_max);
   if (status != 0) {
     return status;
   }
-  /* The pixel's sums, the tap pointers, a row of zero points for taps outside. */
-  int32_t* sums = (int32_t*)scratch.words;
-  const int8_t** tap = (const int8_t**)(void*)(scratch.words + padded_c);
-  int8_t* pad_row = (int8_t*)(scratch.words + padded_c) + table_bytes;
-  fill_bytes(pad_row, (int8_t)input_zero_point, padded_c);
+  const int32_t taps = k_h * k_w;
+  int32_t* sums = f.sums;
+  const int8_t* const* tap = f.tap;
   const output_stage stage = {output_zero_point, act_min, act_max, narrow};
   const int32_t full = c / 4;
   for (int32_t oy = 0; oy < out_h; ++oy) {
     for (int32_t ox = 0; ox < out_w; ++ox) {
-      int32_t t = 0;
-      for (int32_t ky = 0; ky < k_h; ++ky) {
-        const int32_t iy = oy * stride_h - pad_top + ky * dilation_h;
-        for (int32_t kx = 0; kx < k_w; ++kx) {
-          const int32_t ix = ox * stride_w - pad_left + kx * dilation_w;
-          tap[t++] = (iy < 0 || iy >= in_h || ix < 0 || ix >= in_w)
-                         ? pad_row
-                         : input + ((size_t)iy * (size_t)in_w + (size_t)ix) * (size_t)c;
-        }
-      }
+      depthwise_taps(&f, oy, ox);
       int8_t* out = output + ((size_t)oy * (size_t)out_w + (size_t)ox) * (size_t)c;
       const uint32_t* w = weights;
       depthwise_groups(tap, taps, w, full, bias, sums);
@@ -878,42 +913,22 @@ int32_t mtvg_arm_dsp_depthwise_helium_s8(
     int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h, int32_t dilation_w,
     int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
     int32_t narrow) {
-  ++depthwise_calls;
-  const int32_t sizes[] = {in_h, in_w, c, out_h, out_w, k_h, k_w,
-                           stride_h, stride_w, dilation_h, dilation_w};
-  const int32_t pads[] = {pad_top, pad_left};
-  if (input == NULL || weights == NULL || bias == NULL || multiplier == NULL || shift == NULL ||
-      addend == NULL || output == NULL || !dims_ok(sizes, sizeof(sizes) / sizeof(sizes[0]), 1) ||
-      !dims_ok(pads, 2, 0) || (int64_t)k_h * k_w > MTVG_ARM_DSP_MAX_TAPS ||
-      !quant_ok(input_zero_point, output_zero_point, act_min, act_max) ||
-      !channels_ok(multiplier, shift, c)) {
-    return fail(MTVG_ARM_DSP_EARGUMENT,
-                "depthwise_conv2d: an argument outside the driver's limits");
-  }
-  const int32_t taps = k_h * k_w;
-  const int32_t padded_c = (c + 3) / 4 * 4;
-  const uint32_t table_bytes = (uint32_t)taps * (uint32_t)sizeof(const int8_t*);
-  int32_t status = take_scratch(4u * (uint32_t)padded_c + table_bytes + (uint32_t)padded_c);
+  depthwise_frame f = {input,    in_h,     in_w,       c,          k_h,  k_w,  stride_h,
+                       stride_w, pad_top,  pad_left,   dilation_h, dilation_w, NULL, NULL,
+                       NULL};
+  const int32_t status = depthwise_begin(
+      &f, input && weights && bias && multiplier && shift && addend && output, multiplier,
+      shift, out_h, out_w, input_zero_point, output_zero_point, act_min, act_max);
   if (status != 0) {
     return status;
   }
-  int32_t* sums = (int32_t*)scratch.words;
-  const int8_t** tap = (const int8_t**)(void*)(scratch.words + padded_c);
-  int8_t* pad_row = (int8_t*)(scratch.words + padded_c) + table_bytes;
-  fill_bytes(pad_row, (int8_t)input_zero_point, padded_c);
+  const int32_t taps = k_h * k_w;
+  int32_t* sums = f.sums;
+  const int8_t* const* tap = f.tap;
   const output_stage stage = {output_zero_point, act_min, act_max, narrow};
   for (int32_t oy = 0; oy < out_h; ++oy) {
     for (int32_t ox = 0; ox < out_w; ++ox) {
-      int32_t t = 0;
-      for (int32_t ky = 0; ky < k_h; ++ky) {
-        const int32_t iy = oy * stride_h - pad_top + ky * dilation_h;
-        for (int32_t kx = 0; kx < k_w; ++kx) {
-          const int32_t ix = ox * stride_w - pad_left + kx * dilation_w;
-          tap[t++] = (iy < 0 || iy >= in_h || ix < 0 || ix >= in_w)
-                         ? pad_row
-                         : input + ((size_t)iy * (size_t)in_w + (size_t)ix) * (size_t)c;
-        }
-      }
+      depthwise_taps(&f, oy, ox);
       int8_t* out = output + ((size_t)oy * (size_t)out_w + (size_t)ox) * (size_t)c;
 #ifdef MTVG_ARM_DSP_MVE
       (void)sums;
