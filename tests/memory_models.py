@@ -89,6 +89,20 @@ class _Net:
         return self.add(x, y) if stride == 1 and cin == cout else y
 
 
+def global_pool(net: _Net, y) -> tuple:
+    """AVERAGE_POOL_2D over the whole of y, then RESHAPE to (n, c): the flat tensor."""
+    _, (n, h, w, c), scale, zero, rms = y
+    pooled = net.act((n, 1, 1, c), scale, zero, rms)
+    net.b.op("AVERAGE_POOL_2D", [y[0]], [pooled[0]], {
+        "padding": "VALID", "stride_w": 1, "stride_h": 1, "filter_width": w,
+        "filter_height": h, "fused_activation_function": "NONE"})
+    flat = net.act((n, c), scale, zero, rms)
+    shape = net.b.tensor(Tensor((2,), "int32", data=np.array([n, c], np.int32),
+                                name="flat_shape"))
+    net.b.op("RESHAPE", [pooled[0], shape], [flat[0]], {"new_shape": [n, c]})
+    return flat
+
+
 def mobilenet_v2_style(seed: int = 0) -> bytes:
     """96x96x3 → conv 3x3/2 (16) → inverted residual blocks (expansion 6 after the first;
     stride-2 stages of 16, 24 and 32 channels, with residual repeats) → 1x1 conv (64) →
@@ -101,15 +115,8 @@ def mobilenet_v2_style(seed: int = 0) -> bytes:
     for cout, stride in ((16, 2), (16, 1), (24, 2), (24, 1), (32, 2), (32, 1)):
         y = net.block(y, 6, cout, stride)
     y = net.conv(y, 64)
-    _, (n, h, w, c), scale, zero, rms = y
-    pooled = net.act((n, 1, 1, c), scale, zero, rms)
-    net.b.op("AVERAGE_POOL_2D", [y[0]], [pooled[0]], {
-        "padding": "VALID", "stride_w": 1, "stride_h": 1, "filter_width": w,
-        "filter_height": h, "fused_activation_function": "NONE"})
-    flat = net.act((n, c), scale, zero, rms)
-    shape = net.b.tensor(Tensor((2,), "int32", data=np.array([n, c], np.int32),
-                                name="flat_shape"))
-    net.b.op("RESHAPE", [pooled[0], shape], [flat[0]], {"new_shape": [n, c]})
+    flat = global_pool(net, y)
+    _, (n, c), scale, _, rms = flat
     fc_w = net.b.tensor(Tensor((10, c), "int8", 1 / 127.0, 0,
                                data=net.rng.integers(-127, 128, (10, c)).astype(np.int8),
                                name="fc_w"))

@@ -347,8 +347,8 @@ def test_kernels_bit_exact_in_qemu(tmp_path, board_name):
     M55 also the Helium depthwise kernel): the host tests' shapes with int16 and int8
     weights, both output stages, and one-pixel rows, against TFLite's references."""
     from generator.boards import load_board
-    from generator.device.links import qemu_argv
-    from tests.conftest import port_folder, require_board_tools
+    from tests.bare_firmware import build_and_run
+    from tests.conftest import require_board_tools
 
     require_board_tools(board_name)
     board = load_board(board_name)
@@ -365,28 +365,14 @@ def test_kernels_bit_exact_in_qemu(tmp_path, board_name):
         cases += [(c, 16, True, True) for c in dws] + [(c, 16, False, True) for c in dws[:6]]
     (tmp_path / "cases.h").write_text(embed(cases))
     (tmp_path / "main.c").write_text(FIRMWARE_MAIN)
-    platform = port_folder(board.platform, tmp_path)
-    cc = board.tool("gcc")
     scratch = max(conv_scratch(c.k_hw[0] * c.k_hw[1] * c.x.shape[2], c.out_c) for c in convs)
     scratch = max(scratch, *(depthwise_scratch(c.x.shape[2], c.k_hw[0] * c.k_hw[1])
                              for c in dws))
-    flags = [*board.cflags, "-O2", "-g", f"-I{COMMON / 'include'}", f"-I{DRIVER}",
-             f"-I{tmp_path}", f"-DMTVG_ARM_DSP_SCRATCH_BYTES={scratch}"]
-    objs = []
-    for src in [tmp_path / "main.c", DRIVER / "mtvg_arm_dsp.c", COMMON / "src" / "accel.c",
-                *sorted(platform.glob("*.c"))]:
-        obj = tmp_path / f"{src.stem}.o"
-        subprocess.run([cc, *STRICT, *flags, "-c", str(src), "-o", str(obj)], check=True)
-        objs.append(str(obj))
-    memory = [("MTVG_FLASH_ORIGIN", board.flash_origin), ("MTVG_FLASH_SIZE", board.flash_bytes),
-              ("MTVG_RAM_ORIGIN", board.ram_origin), ("MTVG_RAM_SIZE", board.ram_bytes)]
-    elf = tmp_path / "cases.elf"
-    subprocess.run([cc, *board.ldflags, "-T", str(platform / board.linker_script),
-                    f"-L{platform}",
-                    *(f"-Wl,--defsym={n}={v:#x}" for n, v in memory if v is not None),
-                    *objs, *(f"-l{lib}" for lib in board.libs), "-o", str(elf)], check=True)
-    proc = subprocess.run(qemu_argv(board, elf), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=600)
+    proc = build_and_run(board_name, tmp_path,
+                         [tmp_path / "main.c", DRIVER / "mtvg_arm_dsp.c",
+                          COMMON / "src" / "accel.c"],
+                         [f"-I{COMMON / 'include'}", f"-I{DRIVER}", f"-I{tmp_path}",
+                          f"-DMTVG_ARM_DSP_SCRATCH_BYTES={scratch}"], timeout=600)
     results = [line for line in proc.stderr.splitlines() if line.startswith("case ")]
     assert len(results) == len(cases), proc.stderr[-3000:]
     wrong = [line for line in results if " status 0 differ 0 " not in line]

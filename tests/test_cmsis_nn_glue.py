@@ -969,42 +969,21 @@ def test_cmsis_nn_kernels_bit_exact_in_qemu(tmp_path, board_name):
     """The driver with CMSIS-NN's DSP (M4/M7/M33) and MVE (M55) kernels, in QEMU, against
     the same TFLite references; the scratch buffer is exactly the largest bound of the
     header's formulas for the core, so a bound too small would fail a call."""
-    from generator.boards import load_board
-    from generator.device.links import qemu_argv
-    from tests.conftest import port_folder, require_board_tools
+    from tests.bare_firmware import build_and_run
+    from tests.conftest import require_board_tools
 
     tree = cmsis_nn_tree()
     require_board_tools(board_name)
-    board = load_board(board_name)
     core = QEMU_CORES[board_name]
     calls, expected = firmware_cases()
     scratch = max(4, *(call_bound(c, core) for c in calls))
     (tmp_path / "cases.h").write_text(embed_cases(calls, expected))
     (tmp_path / "main.c").write_text(FIRMWARE_MAIN)
-    platform = port_folder(board.platform, tmp_path)
-    cc = board.tool("gcc")
-    flags = [*board.cflags, "-O2", "-g", f"-I{tree / 'Include'}", f"-I{COMMON / 'include'}",
-             f"-I{DRIVER}", f"-I{tmp_path}", f"-DMTVG_CMSIS_NN_SCRATCH_BYTES={scratch}"]
-    objs = []
-    for src in [tmp_path / "main.c", DRIVER / "mtvg_cmsis_nn.c", COMMON / "src" / "accel.c",
-                *sorted(platform.glob("*.c"))]:
-        obj = tmp_path / f"{src.stem}.o"
-        subprocess.run([cc, *STRICT, *flags, "-c", str(src), "-o", str(obj)], check=True)
-        objs.append(str(obj))
-    for src in cmsis_sources(tree):
-        obj = tmp_path / f"cmsis_{src.stem}.o"
-        subprocess.run([cc, "-std=c99", "-w", *flags, "-c", str(src), "-o", str(obj)],
-                       check=True)
-        objs.append(str(obj))
-    memory = [("MTVG_FLASH_ORIGIN", board.flash_origin), ("MTVG_FLASH_SIZE", board.flash_bytes),
-              ("MTVG_RAM_ORIGIN", board.ram_origin), ("MTVG_RAM_SIZE", board.ram_bytes)]
-    elf = tmp_path / "cases.elf"
-    subprocess.run([cc, *board.ldflags, "-T", str(platform / board.linker_script),
-                    f"-L{platform}",
-                    *(f"-Wl,--defsym={n}={v:#x}" for n, v in memory if v is not None),
-                    *objs, *(f"-l{lib}" for lib in board.libs), "-o", str(elf)], check=True)
-    proc = subprocess.run(qemu_argv(board, elf), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=900)
+    proc = build_and_run(
+        board_name, tmp_path,
+        [tmp_path / "main.c", DRIVER / "mtvg_cmsis_nn.c", COMMON / "src" / "accel.c"],
+        [f"-I{tree / 'Include'}", f"-I{COMMON / 'include'}", f"-I{DRIVER}", f"-I{tmp_path}",
+         f"-DMTVG_CMSIS_NN_SCRATCH_BYTES={scratch}"], cmsis_sources(tree))
     lines = proc.stderr.splitlines()
     results = [line.split() for line in lines if line.startswith("case ")]
     assert len(results) == len(calls), proc.stderr[-3000:]

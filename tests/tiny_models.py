@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.memory_models import RELU6, _Net
+from tests.memory_models import RELU6, _Net, global_pool
 from tests.tflite_builder import Tensor
 from tests.tflite_models import resnet_model
 
@@ -25,15 +25,8 @@ AUTOENCODER_WIDTHS = (128, 128, 128, 128, 8, 128, 128, 128, 128)
 
 
 def _pool_and_classify(net: _Net, y, classes: int) -> None:
-    _, (n, h, w, c), scale, zero, rms = y
-    pooled = net.act((n, 1, 1, c), scale, zero, rms)
-    net.b.op("AVERAGE_POOL_2D", [y[0]], [pooled[0]], {
-        "padding": "VALID", "stride_w": 1, "stride_h": 1, "filter_width": w,
-        "filter_height": h, "fused_activation_function": "NONE"})
-    flat = net.act((n, c), scale, zero, rms)
-    shape = net.b.tensor(Tensor((2,), "int32", data=np.array([n, c], np.int32),
-                                name="flat_shape"))
-    net.b.op("RESHAPE", [pooled[0], shape], [flat[0]], {"new_shape": [n, c]})
+    flat = global_pool(net, y)
+    _, (_, c), _, _, rms = flat
     logits = _dense(net, flat, classes, "NONE", spread=rms * 0.58 * np.sqrt(c) / 256)
     net.b.outputs(logits[0])
 
