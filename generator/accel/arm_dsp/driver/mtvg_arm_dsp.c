@@ -642,10 +642,26 @@ static int32_t depthwise_begin(depthwise_frame* f, int pointers_ok, const int32_
   return 0;
 }
 
-/* Output pixel (oy, ox)'s tap pointers: its input pixel, or the zero point row. The frame
- * is read into locals first (the table's stores could alias it). */
-static inline void depthwise_taps(const depthwise_frame* frame, int32_t oy, int32_t ox) {
+/* Output pixel (oy, ox)'s tap pointers: its input pixel, or the zero point row. A pixel
+ * whose window lies inside the input, after one that did, moves every pointer by the
+ * stride; others are built tap by tap. `inside` carries whether the last pixel's window
+ * lay inside (0 at the start of a row). The frame is read into locals first (the table's
+ * stores could alias it). */
+static inline void depthwise_taps(const depthwise_frame* frame, int32_t oy, int32_t ox,
+                                  int* inside) {
   const depthwise_frame f = *frame;
+  const int32_t y0 = oy * f.stride_h - f.pad_top, x0 = ox * f.stride_w - f.pad_left;
+  const int now = y0 >= 0 && y0 + (f.k_h - 1) * f.dil_h < f.in_h && x0 >= 0 &&
+                  x0 + (f.k_w - 1) * f.dil_w < f.in_w;
+  const int moved = now && *inside;
+  *inside = now;
+  if (moved) {
+    const size_t step = (size_t)f.stride_w * (size_t)f.c;
+    for (int32_t t = 0; t < f.k_h * f.k_w; ++t) {
+      f.tap[t] += step;
+    }
+    return;
+  }
   const int8_t** tap = f.tap;
   for (int32_t ky = 0; ky < f.k_h; ++ky) {
     const int32_t iy = oy * f.stride_h - f.pad_top + ky * f.dil_h;
@@ -784,8 +800,9 @@ int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
   const output_stage stage = {output_zero_point, act_min, act_max, narrow};
   const int32_t full = c / 4;
   for (int32_t oy = 0; oy < out_h; ++oy) {
+    int inside = 0;
     for (int32_t ox = 0; ox < out_w; ++ox) {
-      depthwise_taps(&f, oy, ox);
+      depthwise_taps(&f, oy, ox, &inside);
       int8_t* out = output + ((size_t)oy * (size_t)out_w + (size_t)ox) * (size_t)c;
       const uint32_t* w = weights;
       depthwise_groups(tap, taps, w, full, bias, sums);
@@ -927,8 +944,9 @@ int32_t mtvg_arm_dsp_depthwise_helium_s8(
   const int8_t* const* tap = f.tap;
   const output_stage stage = {output_zero_point, act_min, act_max, narrow};
   for (int32_t oy = 0; oy < out_h; ++oy) {
+    int inside = 0;
     for (int32_t ox = 0; ox < out_w; ++ox) {
-      depthwise_taps(&f, oy, ox);
+      depthwise_taps(&f, oy, ox, &inside);
       int8_t* out = output + ((size_t)oy * (size_t)out_w + (size_t)ox) * (size_t)c;
 #ifdef MTVG_ARM_DSP_MVE
       (void)sums;
