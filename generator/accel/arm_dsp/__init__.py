@@ -1,13 +1,16 @@
-"""`arm-dsp`: our own int8 convolutions for cores with the Arm DSP extension (Cortex-M4, M7,
-M33, M55), written in C with <arm_acle.h>'s SXTAB16/SXTB16/SMLAD (driver/mtvg_arm_dsp.c).
+"""`arm-dsp`: our own int8 kernels for cores with the Arm DSP extension (Cortex-M4, M7, M33,
+M55): conv2d, depthwise conv2d and dense, in C with <arm_acle.h> and the hot loops written
+out in inline assembly (driver/mtvg_arm_dsp.c; driver/mtvg_arm_dsp.h is the layout spec).
 
 Export re-lays the weights out for the kernels (layout.py): a convolution widens two
 pixels' columns to 16 bits once (the input offset added in the same instruction) and runs
-two pixels by two output channels per SMLAD pair; a depthwise convolution pairs the taps of
-each channel so one SMLAD does two of them. Outputs are byte-equal with TFLite Micro's
-reference kernels. The host builds the same C with portable versions of the instructions
-(for tests); `export --board B` picks the plugin by default on DSP boards, ahead of
-CMSIS-NN, for the layers where it is faster (benchmarks/cores.py).
+two pixels by two output channels per four LDRD and eight SMLAD; a depthwise convolution
+does two taps of four channels per step (SMLABB/SMLATT), with the input offset folded into
+its bias. On Helium cores (`core=mve`, which the board sets) the plugin takes only depthwise
+layers of 16 or more channels, with a Helium kernel. Outputs are byte-equal with TFLite
+Micro's reference kernels. The host builds the same C with portable versions of the
+instructions (the tests); `export --board B` picks the plugin by default on DSP boards,
+ahead of CMSIS-NN (benchmarks/cores.py measures both).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ def depthwise_scratch(channels: int, taps: int) -> int:
 
 class ArmDsp(Accelerator):
     name = "arm-dsp"
-    description = "our int8 conv2d and depthwise_conv2d for Arm DSP-extension cores (SMLAD)"
+    description = "our int8 conv2d, depthwise and dense kernels for Arm DSP cores (SMLAD)"
     options = (
         Option("weights", "str", "int16", "conv2d weights in flash as int16 (twice the "
                "flash of int8, no widening in the inner loop) or int8; export reports the "
@@ -126,24 +129,10 @@ class ArmDsp(Accelerator):
             raise ValueError(f"weights of shape {t['weights'].shape} for {kh}x{kw} taps")
         (sh, sw), (dh, dw) = p["strides"], p["dilation"]
         pt, pl = p["padding"][0], p["padding"][1]
-        count = o if depthwise else o + o % 2
         bits = 16 if options.get("weights", "int16") == "int16" else 8
         helium = depthwise and options.get("core") == "mve"
-        bias = t["bias"]
-        if depthwise:
-            bias = layout.fold_input_offset(t["weights"], bias, p["input_zero_point"], taps)
-            packed = t["weights"].reshape(taps, -1).astype(np.int8) if helium \
-                else layout.depthwise_weights(t["weights"], taps)
-        else:
-            packed = layout.conv_weights(t["weights"], bits)
         narrow = layout.narrow(t["weights"], t["bias"], t["shift"], depthwise)
-        channels = {n: layout.pad_channels(t[n], count).astype(np.int32)
-                    for n in ("multiplier", "shift")}
-        channels = {"bias": layout.pad_channels(bias, count).astype(np.int32), **channels}
-        channels["addend"] = layout.addend(channels["shift"], p["output_zero_point"], narrow)
-        if helium:
-            order = layout.helium_order(count)
-            channels = {n: v[order] for n, v in channels.items()}
+        packed, channels = _constants(op, taps, bits, helium, narrow)
         consts = [packed, *channels.values()]
         params = [Param("input", op.input_shapes[0], "int8"),
                   *(Param(n, v.shape, str(v.dtype)) for n, v in
@@ -167,6 +156,29 @@ class ArmDsp(Accelerator):
         return Driver(DRIVER_DIR, sources=("mtvg_arm_dsp.c",), headers=("mtvg_arm_dsp.h",),
                       counters="mtvg_arm_dsp_counters",
                       scratch_define="MTVG_ARM_DSP_SCRATCH_BYTES")
+
+
+def _constants(op: QuantizedOp, taps: int, bits: int, helium: bool, narrow: bool
+               ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The kernel's weights as the driver reads them, and its per-channel arrays (bias,
+    multiplier, shift, addend) padded, folded and ordered as mtvg_arm_dsp.h says."""
+    t, p = op.tensors, op.params
+    depthwise = op.kind == "depthwise_conv2d"
+    count = op.output_shape[3] + (0 if depthwise else op.output_shape[3] % 2)
+    bias = t["bias"]
+    if depthwise:
+        bias = layout.fold_input_offset(t["weights"], bias, p["input_zero_point"], taps)
+        packed = t["weights"].reshape(taps, -1).astype(np.int8) if helium \
+            else layout.depthwise_weights(t["weights"], taps)
+    else:
+        packed = layout.conv_weights(t["weights"], bits)
+    channels = {"bias": bias, "multiplier": t["multiplier"], "shift": t["shift"]}
+    channels = {n: layout.pad_channels(v, count).astype(np.int32) for n, v in channels.items()}
+    channels["addend"] = layout.addend(channels["shift"], p["output_zero_point"], narrow)
+    if helium:
+        order = layout.helium_order(count)
+        channels = {n: v[order] for n, v in channels.items()}
+    return packed, channels
 
 
 def _as_conv(op: QuantizedOp) -> QuantizedOp:
