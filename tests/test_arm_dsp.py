@@ -39,7 +39,7 @@ HARNESS = r"""
 
 /* Reads cases: op (0 conv2d, 1 depthwise, 2 Helium depthwise), 20 scalars (conv2d's
  * order; depthwise skips out_c and weight_bits), five arrays (packed weights as uint32,
- * bias, multiplier, shift, addend as int32) with their lengths, the input (int8) and the
+ * bias, multiplier, shift, narrow_params as int32) with their lengths, the input (int8) and the
  * output length. Prints the status and outputs. */
 static int rd(long* v) { return scanf("%ld", v) == 1; }
 
@@ -133,9 +133,10 @@ def encode(case: Conv, bits: int, narrow: bool, helium: bool = False) -> str:
     narrow = narrow and layout.narrow(case.w, bias, case.shift, case.depthwise)
     channels = [layout.pad_channels(a.astype(np.int32), count)
                 for a in (bias, case.mult, case.shift)]
-    channels.append(layout.addend(channels[2], case.zp_out, narrow))
+    channels.append(layout.narrow_params(channels[1], channels[2], case.zp_out, narrow))
     if helium:
         channels = [a[layout.helium_order(count)] for a in channels]
+    channels = [a.reshape(-1) for a in channels]
     arrays = [packed.view(np.int32), *channels]
     parts = ["2" if helium else "1" if case.depthwise else "0", *map(str, call.scalars),
              str(bits), str(int(narrow))]

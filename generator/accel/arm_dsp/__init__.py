@@ -146,7 +146,8 @@ class ArmDsp(Accelerator):
         params[0] = Param("input", m.op.input_shapes[0], "int8")
         params[-1] = Param("output", m.op.output_shape, "int8")
         func = extern_kernel(self.name, symbol, params, [
-            "input", "weights", "bias", "multiplier", "shift", "addend", "output", *geometry])
+            "input", "weights", "bias", "multiplier", "shift", "narrow_params", "output",
+            *geometry])
         in_taps = valid_taps(oh, h, kh, sh, pt, dh) * valid_taps(ow, w, kw, sw, pl, dw)
         macs = o * in_taps * (1 if depthwise else c)
         scratch = depthwise_scratch(c, taps) if depthwise else conv_scratch(kh * kw * c, o)
@@ -161,7 +162,8 @@ class ArmDsp(Accelerator):
 def _constants(op: QuantizedOp, taps: int, bits: int, helium: bool, narrow: bool
                ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The kernel's weights as the driver reads them, and its per-channel arrays (bias,
-    multiplier, shift, addend) padded, folded and ordered as mtvg_arm_dsp.h says."""
+    multiplier, shift, the short output stage's records) padded, folded and ordered as
+    mtvg_arm_dsp.h says."""
     t, p = op.tensors, op.params
     depthwise = op.kind == "depthwise_conv2d"
     count = op.output_shape[3] + (0 if depthwise else op.output_shape[3] % 2)
@@ -174,7 +176,8 @@ def _constants(op: QuantizedOp, taps: int, bits: int, helium: bool, narrow: bool
         packed = layout.conv_weights(t["weights"], bits)
     channels = {"bias": bias, "multiplier": t["multiplier"], "shift": t["shift"]}
     channels = {n: layout.pad_channels(v, count).astype(np.int32) for n, v in channels.items()}
-    channels["addend"] = layout.addend(channels["shift"], p["output_zero_point"], narrow)
+    channels["narrow_params"] = layout.narrow_params(
+        channels["multiplier"], channels["shift"], p["output_zero_point"], narrow)
     if helium:
         order = layout.helium_order(count)
         channels = {n: v[order] for n, v in channels.items()}

@@ -70,13 +70,18 @@ def narrow(weights: np.ndarray, bias: np.ndarray, shift: np.ndarray, depthwise: 
     return bool((bound < (1 << 30)).all())
 
 
-def addend(shift: np.ndarray, zero_point: int, narrow_stage: bool) -> np.ndarray:
-    """Per channel 2^(e-1) + zero_point · 2^e (e = -shift) for the short output stage;
-    zeros when the layer takes the general one."""
-    if not narrow_stage:
-        return np.zeros(shift.size, np.int32)
-    e = np.maximum(-shift.astype(np.int64), 1)  # padding channels (shift 0) are never stored
-    return ((np.int64(1) << (e - 1)) + int(zero_point) * (np.int64(1) << e)).astype(np.int32)
+def narrow_params(multiplier: np.ndarray, shift: np.ndarray, zero_point: int,
+                  narrow_stage: bool) -> np.ndarray:
+    """The short output stage's record per channel (mtvg_arm_dsp.h): multiplier, addend
+    2^(e-1) + zero_point · 2^e, e = -shift, 0; zeros when the layer takes the general
+    stage. Shape (channels, 4), int32."""
+    out = np.zeros((shift.size, 4), np.int32)
+    if narrow_stage:
+        e = np.maximum(-shift.astype(np.int64), 1)  # padding channels (shift 0): never stored
+        out[:, 0] = multiplier
+        out[:, 1] = (np.int64(1) << (e - 1)) + int(zero_point) * (np.int64(1) << e)
+        out[:, 2] = e
+    return out
 
 
 def fold_input_offset(weights: np.ndarray, bias: np.ndarray, input_zero_point: int,

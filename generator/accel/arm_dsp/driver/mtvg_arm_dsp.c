@@ -126,12 +126,12 @@ static inline int8_t requantize(int32_t acc, int32_t multiplier, int32_t shift,
 }
 
 /* The short output stage (`narrow`): SMMULR of 2 acc, then one rounding shift by
- * e = -shift with `addend` = 2^(e-1) + zero_point * 2^e, which the exporter has shown fits:
- * ((h + addend - (h < 0)) >> e) is TFLite's rounding divide plus the zero point. */
-static inline int32_t narrow_stage(int32_t acc, int32_t multiplier, int32_t shift,
-                                   int32_t addend) {
-  const int32_t high = smmulr((int32_t)((uint32_t)acc << 1), multiplier);
-  return (high + addend + (high >> 31)) >> -shift;
+ * e = -shift with addend 2^(e-1) + zero_point * 2^e, which the exporter has shown fits:
+ * ((h + addend - (h < 0)) >> e) is TFLite's rounding divide plus the zero point. `p`: the
+ * channel's record in narrow_params (multiplier, addend, e, 0). */
+static inline int32_t narrow_stage(int32_t acc, const int32_t* p) {
+  const int32_t high = smmulr((int32_t)((uint32_t)acc << 1), p[0]);
+  return (high + p[1] + (high >> 31)) >> p[2];
 }
 
 static inline int8_t clamp_int8(int32_t q, int32_t low, int32_t high) {
@@ -144,7 +144,7 @@ static inline int8_t clamp_int8(int32_t q, int32_t low, int32_t high) {
  * interleaved). The stage's choice is made once per row, so the loop keeps its constants in
  * registers. */
 static void requantize_row(const int32_t* acc, int32_t step, const int32_t* multiplier,
-                           const int32_t* shift, const int32_t* addend, int32_t count,
+                           const int32_t* shift, const int32_t* narrow_params, int32_t count,
                            const output_stage* stage, int8_t* out) {
   const int32_t act_min = stage->act_min;
   const int32_t act_max = stage->act_max;
@@ -152,28 +152,23 @@ static void requantize_row(const int32_t* acc, int32_t step, const int32_t* mult
     for (int32_t i = 0; i < count; ++i) {
       out[i] = requantize(acc[(i / 2) * step + i % 2], multiplier[i], shift[i], stage);
     }
-  } else if (act_min == INT8_LOWEST && act_max == INT8_HIGHEST) {
-    int32_t i = 0;
-    for (; i + 1 < count; i += 2, acc += step) {
-      out[i] = saturate_int8(narrow_stage(acc[0], multiplier[i], shift[i], addend[i]));
-      out[i + 1] = saturate_int8(narrow_stage(acc[1], multiplier[i + 1], shift[i + 1],
-                                              addend[i + 1]));
-    }
-    if (i < count) {
-      out[i] = saturate_int8(narrow_stage(acc[0], multiplier[i], shift[i], addend[i]));
+    return;
+  }
+  const int32_t* p = narrow_params;
+  int32_t i = 0;
+  if (act_min == INT8_LOWEST && act_max == INT8_HIGHEST) {
+    for (; i + 1 < count; i += 2, acc += step, p += 8) {
+      out[i] = saturate_int8(narrow_stage(acc[0], p));
+      out[i + 1] = saturate_int8(narrow_stage(acc[1], p + 4));
     }
   } else {
-    int32_t i = 0;
-    for (; i + 1 < count; i += 2, acc += step) {
-      out[i] = clamp_int8(narrow_stage(acc[0], multiplier[i], shift[i], addend[i]), act_min,
-                          act_max);
-      out[i + 1] = clamp_int8(narrow_stage(acc[1], multiplier[i + 1], shift[i + 1],
-                                           addend[i + 1]), act_min, act_max);
+    for (; i + 1 < count; i += 2, acc += step, p += 8) {
+      out[i] = clamp_int8(narrow_stage(acc[0], p), act_min, act_max);
+      out[i + 1] = clamp_int8(narrow_stage(acc[1], p + 4), act_min, act_max);
     }
-    if (i < count) {
-      out[i] = clamp_int8(narrow_stage(acc[0], multiplier[i], shift[i], addend[i]), act_min,
-                          act_max);
-    }
+  }
+  if (i < count) {
+    out[i] = clamp_int8(narrow_stage(acc[0], p), act_min, act_max);
   }
 }
 
@@ -529,7 +524,7 @@ static void dot_rows_1px(const uint32_t* x, int32_t groups, const uint32_t* weig
 
 int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
                                const int32_t* bias, const int32_t* multiplier,
-                               const int32_t* shift, const int32_t* addend, int8_t* output, int32_t in_h, int32_t in_w,
+                               const int32_t* shift, const int32_t* narrow_params, int8_t* output, int32_t in_h, int32_t in_w,
                                int32_t in_c, int32_t out_h, int32_t out_w, int32_t out_c,
                                int32_t k_h, int32_t k_w, int32_t stride_h, int32_t stride_w,
                                int32_t pad_top, int32_t pad_left, int32_t dilation_h,
@@ -541,7 +536,7 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
                            stride_h, stride_w, dilation_h, dilation_w};
   const int32_t pads[] = {pad_top, pad_left};
   if (input == NULL || weights == NULL || bias == NULL || multiplier == NULL || shift == NULL ||
-      addend == NULL ||
+      narrow_params == NULL ||
       output == NULL || !dims_ok(sizes, sizeof(sizes) / sizeof(sizes[0]), 1) ||
       !dims_ok(pads, 2, 0) || (weight_bits != 8 && weight_bits != 16) ||
       !quant_ok(input_zero_point, output_zero_point, act_min, act_max) ||
@@ -588,14 +583,14 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
     widen_pair(col[0], col[1], groups, offset, widened);
     if (q == p) {
       dot_rows_1px(widened, groups, weights, weight_bits, bias, even_c / 2, sums);
-      requantize_row(sums, 2, multiplier, shift, addend, out_c, &stage,
+      requantize_row(sums, 2, multiplier, shift, narrow_params, out_c, &stage,
                      output + (size_t)p * (size_t)out_c);
       continue;
     }
     dot_rows(widened, groups, weights, weight_bits, bias, even_c / 2, sums);
-    requantize_row(sums, 4, multiplier, shift, addend, out_c, &stage,
+    requantize_row(sums, 4, multiplier, shift, narrow_params, out_c, &stage,
                    output + (size_t)p * (size_t)out_c);
-    requantize_row(sums + 2, 4, multiplier, shift, addend, out_c, &stage,
+    requantize_row(sums + 2, 4, multiplier, shift, narrow_params, out_c, &stage,
                    output + (size_t)q * (size_t)out_c);
   }
   return 0;
@@ -780,7 +775,7 @@ static void depthwise_groups(const int8_t* const* tap, int32_t taps, const uint3
 
 int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
     const int8_t* input, const uint32_t* weights, const int32_t* bias,
-    const int32_t* multiplier, const int32_t* shift, const int32_t* addend, int8_t* output, int32_t in_h, int32_t in_w,
+    const int32_t* multiplier, const int32_t* shift, const int32_t* narrow_params, int8_t* output, int32_t in_h, int32_t in_w,
     int32_t c, int32_t out_h, int32_t out_w, int32_t k_h, int32_t k_w, int32_t stride_h,
     int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h, int32_t dilation_w,
     int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
@@ -789,7 +784,7 @@ int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
                        stride_w, pad_top,  pad_left,   dilation_h, dilation_w, NULL, NULL,
                        NULL};
   const int32_t status = depthwise_begin(
-      &f, input && weights && bias && multiplier && shift && addend && output, multiplier,
+      &f, input && weights && bias && multiplier && shift && narrow_params && output, multiplier,
       shift, out_h, out_w, input_zero_point, output_zero_point, act_min, act_max);
   if (status != 0) {
     return status;
@@ -810,7 +805,7 @@ int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
       for (int32_t ch = 4 * full; ch < c; ++ch) {
         sums[ch] = tail_dot(tap, w, taps, ch, ch % 4, bias[ch]);
       }
-      requantize_row(sums, 2, multiplier, shift, addend, c, &stage, out);
+      requantize_row(sums, 2, multiplier, shift, narrow_params, c, &stage, out);
     }
   }
   return 0;
@@ -925,7 +920,7 @@ static void helium_tail(const int8_t* const* tap, int32_t taps, const int8_t* w,
 
 int32_t mtvg_arm_dsp_depthwise_helium_s8(
     const int8_t* input, const int8_t* weights, const int32_t* bias, const int32_t* multiplier,
-    const int32_t* shift, const int32_t* addend, int8_t* output, int32_t in_h, int32_t in_w,
+    const int32_t* shift, const int32_t* narrow_params, int8_t* output, int32_t in_h, int32_t in_w,
     int32_t c, int32_t out_h, int32_t out_w, int32_t k_h, int32_t k_w, int32_t stride_h,
     int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h, int32_t dilation_w,
     int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
@@ -934,7 +929,7 @@ int32_t mtvg_arm_dsp_depthwise_helium_s8(
                        stride_w, pad_top,  pad_left,   dilation_h, dilation_w, NULL, NULL,
                        NULL};
   const int32_t status = depthwise_begin(
-      &f, input && weights && bias && multiplier && shift && addend && output, multiplier,
+      &f, input && weights && bias && multiplier && shift && narrow_params && output, multiplier,
       shift, out_h, out_w, input_zero_point, output_zero_point, act_min, act_max);
   if (status != 0) {
     return status;
@@ -950,7 +945,7 @@ int32_t mtvg_arm_dsp_depthwise_helium_s8(
       int8_t* out = output + ((size_t)oy * (size_t)out_w + (size_t)ox) * (size_t)c;
 #ifdef MTVG_ARM_DSP_MVE
       (void)sums;
-      (void)addend;
+      (void)narrow_params;
       int32_t ch = 0;
       for (; ch + 16 <= c; ch += 16) {
         helium_block16(tap, taps, weights + ch, c, ch, bias + ch, multiplier + ch, shift + ch,
@@ -971,7 +966,7 @@ int32_t mtvg_arm_dsp_depthwise_helium_s8(
         }
         const int32_t mult = multiplier[at], sh = shift[at];
         out[ch] = stage.narrow
-                      ? clamp_int8(narrow_stage((int32_t)acc, mult, sh, addend[at]), act_min,
+                      ? clamp_int8(narrow_stage((int32_t)acc, narrow_params + 4 * at), act_min,
                                    act_max)
                       : requantize((int32_t)acc, mult, sh, &stage);
       }

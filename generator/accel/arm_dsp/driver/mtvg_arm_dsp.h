@@ -28,11 +28,11 @@
  *     pairs, (c0, c2) and (c1, c3).
  *
  * Output stage: `narrow` 1 when the exporter has shown that every channel's shift lies in
- * [-22, -1], every accumulator, doubled, fits int32_t, and `addend` holds per channel
- * 2^(e-1) + output_zero_point * 2^e (e = -shift): the stage is then SMMULR of 2 acc and one
- * rounding shift, (h + addend - (h < 0)) >> e, which equals TFLite's rounding divide plus
- * the zero point. `narrow` 0 takes the general form (64-bit product, any shift; `addend`
- * unread but present).
+ * [-22, -1] and every accumulator, doubled, fits int32_t; `narrow_params` then holds per
+ * channel four int32: the multiplier, 2^(e-1) + output_zero_point * 2^e (e = -shift), e,
+ * 0, and the stage is SMMULR of 2 acc and one rounding shift, (h + addend - (h < 0)) >> e,
+ * which equals TFLite's rounding divide plus the zero point. `narrow` 0 takes the general
+ * form (64-bit product, any shift; `narrow_params` unread but present).
  *
  * Scratch: one static buffer of MTVG_ARM_DSP_SCRATCH_BYTES serves every call (calls run one
  * after another); the exporter sizes it from the largest need (bytes):
@@ -73,12 +73,12 @@ extern "C" {
 
 /*!
  * \brief conv2d, int8 NHWC, any kernel size, stride, padding and dilation.
- * \param weights packed as the header says; bias, multiplier, shift, addend: align_2(out_c)
- *        each.
+ * \param weights packed as the header says; bias, multiplier, shift: align_2(out_c) each,
+ *        narrow_params: 4 * align_2(out_c).
  */
 int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
                                const int32_t* bias, const int32_t* multiplier,
-                               const int32_t* shift, const int32_t* addend, int8_t* output, int32_t in_h, int32_t in_w,
+                               const int32_t* shift, const int32_t* narrow_params, int8_t* output, int32_t in_h, int32_t in_w,
                                int32_t in_c, int32_t out_h, int32_t out_w, int32_t out_c,
                                int32_t k_h, int32_t k_w, int32_t stride_h, int32_t stride_w,
                                int32_t pad_top, int32_t pad_left, int32_t dilation_h,
@@ -88,14 +88,15 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
 
 /*!
  * \brief depthwise_conv2d with channel multiplier 1 (out_c == in_c == c), int8 NHWC.
- * \param weights packed as the header says; bias, multiplier, shift, addend: c each.
+ * \param weights packed as the header says; bias, multiplier, shift: c each,
+ *        narrow_params: 4 * c.
  * \param bias the model's bias plus (-input_zero_point) times the sum of the channel's
  *        weights over all taps (wrapping int32): the inputs are widened as they are, and
  *        padding taps read the input zero point.
  */
 int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
     const int8_t* input, const uint32_t* weights, const int32_t* bias,
-    const int32_t* multiplier, const int32_t* shift, const int32_t* addend, int8_t* output, int32_t in_h, int32_t in_w,
+    const int32_t* multiplier, const int32_t* shift, const int32_t* narrow_params, int8_t* output, int32_t in_h, int32_t in_w,
     int32_t c, int32_t out_h, int32_t out_w, int32_t k_h, int32_t k_w, int32_t stride_h,
     int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h, int32_t dilation_w,
     int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
@@ -111,7 +112,7 @@ int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
  */
 int32_t mtvg_arm_dsp_depthwise_helium_s8(
     const int8_t* input, const int8_t* weights, const int32_t* bias, const int32_t* multiplier,
-    const int32_t* shift, const int32_t* addend, int8_t* output, int32_t in_h, int32_t in_w,
+    const int32_t* shift, const int32_t* narrow_params, int8_t* output, int32_t in_h, int32_t in_w,
     int32_t c, int32_t out_h, int32_t out_w, int32_t k_h, int32_t k_w, int32_t stride_h,
     int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h, int32_t dilation_w,
     int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
