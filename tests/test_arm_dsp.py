@@ -245,15 +245,23 @@ def test_scratch_bounds_are_what_the_calls_take(tmp_path):
 
 @pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m33", "cortex-m55"])
 def test_driver_cross_compiles_with_dsp_instructions(tmp_path, cpu):
+    """-Werror at -O2 with the written-out loops; at -O0 (the frame pointer kept) and with
+    MTVG_ARM_DSP_PORTABLE=1 under -fno-omit-frame-pointer without them."""
     if shutil.which("arm-none-eabi-gcc") is None:
         pytest.skip("arm-none-eabi-gcc is not installed")
-    obj = tmp_path / "d.o"
-    subprocess.run(["arm-none-eabi-gcc", *STRICT, "-O2", "-mthumb", f"-mcpu={cpu}",
-                    f"-I{COMMON / 'include'}", "-c", str(DRIVER / "mtvg_arm_dsp.c"),
-                    "-o", str(obj)], check=True)
-    dump = subprocess.run(["arm-none-eabi-objdump", "-d", str(obj)], capture_output=True,
-                          text=True, check=True).stdout
-    assert "smlad" in dump and "sxtab16" in dump and "sxtb16" in dump
+    variants = {"O2": ["-O2"], "O0": ["-O0"],
+                "portable": ["-O2", "-fno-omit-frame-pointer", "-DMTVG_ARM_DSP_PORTABLE=1"]}
+    dumps = {}
+    for name, flags in variants.items():
+        obj = tmp_path / f"{name}.o"
+        subprocess.run(["arm-none-eabi-gcc", *STRICT, "-Wundef", *flags, "-mthumb",
+                        f"-mcpu={cpu}", f"-I{COMMON / 'include'}", "-c",
+                        str(DRIVER / "mtvg_arm_dsp.c"), "-o", str(obj)], check=True)
+        dumps[name] = subprocess.run(["arm-none-eabi-objdump", "-d", str(obj)],
+                                     capture_output=True, text=True, check=True).stdout
+    written_out = "{r8, r9, sl, fp}"  # the convolution loop's LDM of a group's pixel words
+    assert all(i in dumps["O2"] for i in ("smlad", "sxtab16", "sxtb16", written_out))
+    assert written_out not in dumps["portable"] and "smlad" in dumps["portable"]
 
 
 # ---- the written-out DSP loops, run in QEMU ------------------------------------------------

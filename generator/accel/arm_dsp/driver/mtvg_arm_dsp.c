@@ -86,6 +86,16 @@ static inline uint32_t sxtb16_ror8(uint32_t x) { return sxtb16(ror8(x)); }
 static inline uint32_t sxtab16_ror8(uint32_t a, uint32_t x) { return sxtab16(a, ror8(x)); }
 #endif
 
+/* The hot loops written out in assembly: on DSP cores, when optimizing (they take fourteen
+ * registers, so the frame pointer must be free: -O0 and -fno-omit-frame-pointer keep it),
+ * unless MTVG_ARM_DSP_PORTABLE asks for the C versions. */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__OPTIMIZE__) && \
+    !MTVG_ARM_DSP_PORTABLE
+#define MTVG_ARM_DSP_ASM 1
+#else
+#define MTVG_ARM_DSP_ASM 0
+#endif
+
 /* Four bytes from any address (one LDR on the cores this driver is for). */
 static inline uint32_t load32(const int8_t* p) {
   uint32_t v;
@@ -369,11 +379,12 @@ static inline void dot_2x2_w16(const uint32_t* x, const uint32_t* w, int32_t gro
  * column (`groups` groups of four k, an even count). */
 static void dot_rows(const uint32_t* x, int32_t groups, const uint32_t* weights,
                      int32_t weight_bits, const int32_t* bias, int32_t pairs, int32_t* sums) {
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#if MTVG_ARM_DSP_ASM
   if (weight_bits == 16) {
-    /* Written out: per group of four k four LDRD and eight SMLAD, two groups per loop
-     * turn; per pair of channels the bias loads, the sums' stores and the loop's state
-     * (kept in `state`, since the inner loop takes fourteen registers). */
+    /* Written out: per group of four k one LDM (the pixels' words), two LDRD (the
+     * channels' weights) and eight SMLAD, two groups per loop turn; per pair of channels
+     * the bias loads, the sums' stores and the loop's state (kept in `state`, since the
+     * inner loop takes fourteen registers). */
     struct {
       const uint32_t* x;
       const int32_t* bias;
@@ -384,10 +395,14 @@ static void dot_rows(const uint32_t* x, int32_t groups, const uint32_t* weights,
     const uint32_t* w = weights;
     const uint32_t* xp;
     int32_t a00, a01, a10, a11;
-    uint32_t x0a, x0b, x1a, x1b, wa, wb;
+    uint32_t wa, wb;
+    /* The four pixel words of a group in ascending registers: one LDM loads them. */
+    register uint32_t x0a __asm__("r8");
+    register uint32_t x0b __asm__("r9");
+    register uint32_t x1a __asm__("r10");
+    register uint32_t x1b __asm__("r11");
 #define MTVG_ARM_DSP_GROUP_2X2                       \
-  "ldrd %[x1a], %[x1b], [%[xp], #8]\n\t"             \
-  "ldrd %[x0a], %[x0b], [%[xp]], #16\n\t"            \
+  "ldmia %[xp]!, {r8, r9, r10, r11}\n\t"             \
   "ldrd %[wa], %[wb], [%[w]], #16\n\t"               \
   "smlad %[a00], %[x0a], %[wa], %[a00]\n\t"          \
   "smlad %[a10], %[x1a], %[wa], %[a10]\n\t"          \
@@ -448,7 +463,7 @@ static void dot_rows(const uint32_t* x, int32_t groups, const uint32_t* weights,
 static void dot_rows_1px(const uint32_t* x, int32_t groups, const uint32_t* weights,
                          int32_t weight_bits, const int32_t* bias, int32_t pairs,
                          int32_t* sums) {
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#if MTVG_ARM_DSP_ASM
   if (weight_bits == 16) {
     struct {
       const uint32_t* x;
@@ -691,7 +706,7 @@ static int32_t tail_dot(const int8_t* const* taps, const uint32_t* w, int32_t co
  * the weights, four SMLABB/SMLATT. */
 static void depthwise_groups(const int8_t* const* tap, int32_t taps, const uint32_t* w,
                              int32_t full, const int32_t* bias, int32_t* sums) {
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#if MTVG_ARM_DSP_ASM
   if (taps >= 2 && full > 0) {
     /* Written out over all groups (the loop's state kept in `state`: fourteen registers are
      * taken), two taps per inner turn with one LDRD of their pointers. */

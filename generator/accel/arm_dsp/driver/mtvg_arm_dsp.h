@@ -60,6 +60,14 @@ extern "C" {
 #define MTVG_ARM_DSP_SCRATCH_BYTES 4096
 #endif
 
+#ifndef MTVG_ARM_DSP_PORTABLE
+/*! \brief 1: the C versions of the loops the driver otherwise writes out in assembly on DSP
+ * cores. Those take fourteen registers, so the frame pointer must be free: unoptimized
+ * builds (-O0) get the C versions by themselves; an optimized build that keeps the frame
+ * pointer (-fno-omit-frame-pointer) must set this to 1. */
+#define MTVG_ARM_DSP_PORTABLE 0
+#endif
+
 /*! \brief Largest dimension, stride, padding or dilation a call takes (index products of
  * these stay within int32_t for the tensors a microcontroller holds). */
 #define MTVG_ARM_DSP_MAX_DIM 32767
