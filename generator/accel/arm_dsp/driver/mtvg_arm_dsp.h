@@ -1,17 +1,19 @@
 /*
- * microtvm-gen accelerator driver: the `arm-dsp` plugin, our own int8 convolutions for
- * cores with the Arm DSP extension (Cortex-M4, M7, M33, M55: SXTAB16, SXTB16, SMLAD through
- * <arm_acle.h>). Elsewhere (the host) the same code runs on portable C versions of those
- * instructions, bit for bit the same.
+ * microtvm-gen accelerator driver: the `arm-dsp` plugin, our own int8 convolutions (dense
+ * layers are 1x1 convolutions) for cores with the Arm DSP extension (Cortex-M4, M7, M33,
+ * M55: SXTAB16, SXTB16, SMLAD, SMMULR through <arm_acle.h>, the hot loops in inline
+ * assembly) and a depthwise kernel for Helium (M55). Elsewhere (the host) the same code runs
+ * on portable C versions of those instructions, bit for bit the same.
  *
  * Generated kernels call these functions through tir.call_extern: pointers and int32_t
  * scalars in, int32_t out (0 when the output is written, MTVG_ARM_DSP_E* otherwise, after
  * mtvg_accel_error("arm-dsp", reason)). Arithmetic and layouts are TFLite's (batch 1, NHWC,
  * per-channel multiplier and shift, shift positive = left, double rounding as TFLite's
  * MultiplyByQuantizedMultiplier), so outputs are byte-equal with TFLite Micro's reference
- * kernels. Zero points are the model's; the input offset (-input_zero_point) is added to
- * every input value as it is widened to 16 bits, and padding reads the input zero point, so
- * the model's bias is used as it is.
+ * kernels. Zero points are the model's. conv2d adds the input offset (-input_zero_point) to
+ * every input value as it is widened to 16 bits and reads the zero point for padding, so its
+ * bias is the model's; the depthwise kernels widen inputs as they are and take a bias with
+ * the offset folded in (their functions below say how).
  *
  * Weights come re-laid out by the exporter (generator/accel/arm_dsp/layout.py), packed four
  * int8 or two int16 per uint32_t, little-endian:
