@@ -511,7 +511,10 @@ MEASURED: dict[str, float] = {
     "test_tuning_records.py::test_records_are_applied_and_the_archive_says_which": 11,
     "test_tuning_records.py::test_a_tuned_kernel_with_local_buffers_runs_in_the_arena": 10,
     "test_tune.py::test_tune_measures_checks_and_resumes": 10,
-    "test_accelerators.py::test_export_for_a_dsp_board_defaults_to_cmsis_nn": 10,
+    "test_accelerators.py::test_export_for_a_dsp_board_defaults_to_arm_dsp_then_cmsis_nn": 10,
+    "test_accelerators.py::test_dsp_default_runs_a_one_channel_depthwise_as_our_convolution":
+        10,
+    "test_arm_dsp.py::test_kernels_bit_exact_in_qemu": 10,
     "test_host_driven.py::test_stock_client_calls_three_operators": 9,
     "test_export.py::test_kws_bit_identical_to_tflite_micro": 9,
     "test_cmsis_nn_glue.py::test_driver_cross_compiles_and_links": 9,

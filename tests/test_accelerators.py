@@ -350,7 +350,9 @@ def _export_once(model: Path, tmp_path_factory, *args: str) -> tuple[Path, dict]
     return _cmsis_nn_exports[key]
 
 
-@pytest.mark.parametrize("board", BOARDS)
+# The host only: on the M3 CMSIS-NN runs the same portable C as on the host, and a QEMU
+# project with the cmsis-nn driver runs in the micro_speech default test below (M4).
+@pytest.mark.parametrize("board", ["host"])
 def test_cmsis_nn_kws_and_hello_world_equal_tflite_micro(board, tmp_path, tmp_path_factory,
                                                         monkeypatch):
     from tests.test_export import _hello_inputs, _kws_inputs, tflm_outputs
