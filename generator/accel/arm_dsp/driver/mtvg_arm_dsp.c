@@ -539,9 +539,10 @@ static void dot_rows_1px(const uint32_t* x, int32_t groups, const uint32_t* weig
 
 int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
                                const int32_t* bias, const int32_t* multiplier,
-                               const int32_t* shift, const int32_t* narrow_params, int8_t* output, int32_t in_h, int32_t in_w,
-                               int32_t in_c, int32_t out_h, int32_t out_w, int32_t out_c,
-                               int32_t k_h, int32_t k_w, int32_t stride_h, int32_t stride_w,
+                               const int32_t* shift, const int32_t* narrow_params,
+                               int8_t* output, int32_t in_h, int32_t in_w, int32_t in_c,
+                               int32_t out_h, int32_t out_w, int32_t out_c, int32_t k_h,
+                               int32_t k_w, int32_t stride_h, int32_t stride_w,
                                int32_t pad_top, int32_t pad_left, int32_t dilation_h,
                                int32_t dilation_w, int32_t input_zero_point,
                                int32_t output_zero_point, int32_t act_min, int32_t act_max,
@@ -790,11 +791,11 @@ static void depthwise_groups(const int8_t* const* tap, int32_t taps, const uint3
 
 int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
     const int8_t* input, const uint32_t* weights, const int32_t* bias,
-    const int32_t* multiplier, const int32_t* shift, const int32_t* narrow_params, int8_t* output, int32_t in_h, int32_t in_w,
-    int32_t c, int32_t out_h, int32_t out_w, int32_t k_h, int32_t k_w, int32_t stride_h,
-    int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h, int32_t dilation_w,
-    int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
-    int32_t narrow) {
+    const int32_t* multiplier, const int32_t* shift, const int32_t* narrow_params,
+    int8_t* output, int32_t in_h, int32_t in_w, int32_t c, int32_t out_h, int32_t out_w,
+    int32_t k_h, int32_t k_w, int32_t stride_h, int32_t stride_w, int32_t pad_top,
+    int32_t pad_left, int32_t dilation_h, int32_t dilation_w, int32_t input_zero_point,
+    int32_t output_zero_point, int32_t act_min, int32_t act_max, int32_t narrow) {
   depthwise_frame f = {input,    in_h,     in_w,       c,          k_h,  k_w,  stride_h,
                        stride_w, pad_top,  pad_left,   dilation_h, dilation_w, NULL, NULL,
                        NULL};
@@ -935,11 +936,11 @@ static void helium_tail(const int8_t* const* tap, int32_t taps, const int8_t* w,
 
 int32_t mtvg_arm_dsp_depthwise_helium_s8(
     const int8_t* input, const int8_t* weights, const int32_t* bias, const int32_t* multiplier,
-    const int32_t* shift, const int32_t* narrow_params, int8_t* output, int32_t in_h, int32_t in_w,
-    int32_t c, int32_t out_h, int32_t out_w, int32_t k_h, int32_t k_w, int32_t stride_h,
-    int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h, int32_t dilation_w,
-    int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
-    int32_t narrow) {
+    const int32_t* shift, const int32_t* narrow_params, int8_t* output, int32_t in_h,
+    int32_t in_w, int32_t c, int32_t out_h, int32_t out_w, int32_t k_h, int32_t k_w,
+    int32_t stride_h, int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h,
+    int32_t dilation_w, int32_t input_zero_point, int32_t output_zero_point, int32_t act_min,
+    int32_t act_max, int32_t narrow) {
   depthwise_frame f = {input,    in_h,     in_w,       c,          k_h,  k_w,  stride_h,
                        stride_w, pad_top,  pad_left,   dilation_h, dilation_w, NULL, NULL,
                        NULL};

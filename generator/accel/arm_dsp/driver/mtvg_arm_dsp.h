@@ -88,9 +88,10 @@ extern "C" {
  */
 int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
                                const int32_t* bias, const int32_t* multiplier,
-                               const int32_t* shift, const int32_t* narrow_params, int8_t* output, int32_t in_h, int32_t in_w,
-                               int32_t in_c, int32_t out_h, int32_t out_w, int32_t out_c,
-                               int32_t k_h, int32_t k_w, int32_t stride_h, int32_t stride_w,
+                               const int32_t* shift, const int32_t* narrow_params,
+                               int8_t* output, int32_t in_h, int32_t in_w, int32_t in_c,
+                               int32_t out_h, int32_t out_w, int32_t out_c, int32_t k_h,
+                               int32_t k_w, int32_t stride_h, int32_t stride_w,
                                int32_t pad_top, int32_t pad_left, int32_t dilation_h,
                                int32_t dilation_w, int32_t input_zero_point,
                                int32_t output_zero_point, int32_t act_min, int32_t act_max,
@@ -106,11 +107,11 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
  */
 int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
     const int8_t* input, const uint32_t* weights, const int32_t* bias,
-    const int32_t* multiplier, const int32_t* shift, const int32_t* narrow_params, int8_t* output, int32_t in_h, int32_t in_w,
-    int32_t c, int32_t out_h, int32_t out_w, int32_t k_h, int32_t k_w, int32_t stride_h,
-    int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h, int32_t dilation_w,
-    int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
-    int32_t narrow);
+    const int32_t* multiplier, const int32_t* shift, const int32_t* narrow_params,
+    int8_t* output, int32_t in_h, int32_t in_w, int32_t c, int32_t out_h, int32_t out_w,
+    int32_t k_h, int32_t k_w, int32_t stride_h, int32_t stride_w, int32_t pad_top,
+    int32_t pad_left, int32_t dilation_h, int32_t dilation_w, int32_t input_zero_point,
+    int32_t output_zero_point, int32_t act_min, int32_t act_max, int32_t narrow);
 
 /*!
  * \brief depthwise_conv2d with channel multiplier 1 for Helium (Cortex-M55: four int32 lanes
