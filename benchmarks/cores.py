@@ -103,15 +103,9 @@ def inputs(model: str, path: Path) -> tuple[str, list[np.ndarray]]:
 
 def reference(path: Path, xs: list[np.ndarray]) -> list[bytes]:
     """The TFLite Micro Python interpreter's outputs (reference kernels)."""
-    from tflite_micro.python.tflite_micro import runtime
+    from tests.test_export import tflm_outputs
 
-    interp = runtime.Interpreter.from_file(str(path))
-    out = []
-    for x in xs:
-        interp.set_input(x, 0)
-        interp.invoke()
-        out.append(np.array(interp.get_output(0)).tobytes())
-    return out
+    return [out.tobytes() for out in tflm_outputs(path, xs)]
 
 
 def selection(config: str, board: str) -> tuple[list, str | None]:

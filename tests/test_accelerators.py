@@ -337,28 +337,15 @@ def test_shared_kws_fixture_present():
 HELLO_INT8 = MODELS / "hello_world" / "hello_world_int8.tflite"
 
 
-_cmsis_nn_exports: dict[str, tuple[Path, dict]] = {}
-
-
-def _export_once(model: Path, tmp_path_factory, *args: str) -> tuple[Path, dict]:
-    """`export model args` once per module: each board's test generates from the same archive
-    (generate only reads it), as test_export.py's _export does."""
-    key = " ".join([model.name, *args])
-    if key not in _cmsis_nn_exports:
-        dest = tmp_path_factory.mktemp("cmsis-nn-export") / f"{model.stem}.tar"
-        _cmsis_nn_exports[key] = dest, export(model, dest, *args)
-    return _cmsis_nn_exports[key]
-
-
 # The host only: on the M3 CMSIS-NN runs the same portable C as on the host, and a QEMU
 # project with the cmsis-nn driver runs in the micro_speech default test below (M4).
 @pytest.mark.parametrize("board", ["host"])
-def test_cmsis_nn_kws_and_hello_world_equal_tflite_micro(board, tmp_path, tmp_path_factory,
-                                                        monkeypatch):
+def test_cmsis_nn_kws_and_hello_world_equal_tflite_micro(board, tmp_path, monkeypatch):
     from tests.test_export import _hello_inputs, _kws_inputs, tflm_outputs
 
     monkeypatch.setenv("CMSIS_NN_PATH", str(cmsis_nn_tree()))
-    kws, info = _export_once(KWS, tmp_path_factory, "--target", "cmsis-nn,c")
+    kws = tmp_path / "kws.tar"
+    info = export(KWS, kws, "--target", "cmsis-nn,c")
     assert info["accelerators"][0]["operators"] == {
         "conv2d": 5, "depthwise_conv2d": 4, "dense": 1, "avg_pool2d": 1, "softmax": 1}
     assert info["cpu_kernel_calls"] == 0
@@ -369,7 +356,8 @@ def test_cmsis_nn_kws_and_hello_world_equal_tflite_micro(board, tmp_path, tmp_pa
     assert got == [w.tobytes() for w in tflm_outputs(KWS, xs)]
     assert all(c["cmsis-nn"]["conv2d_calls"] == 5 for c in report.counters)
 
-    hello, _ = _export_once(HELLO_INT8, tmp_path_factory, "--accelerator", "cmsis-nn")
+    hello = tmp_path / "hello.tar"
+    export(HELLO_INT8, hello, "--accelerator", "cmsis-nn")
     hx = _hello_inputs("int8")
     name = "serving_default_dense_input:0"
     report = run_on(hello, board, [{name: x} for x in hx], tmp_path / "hw")

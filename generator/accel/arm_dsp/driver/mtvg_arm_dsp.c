@@ -374,6 +374,16 @@ static inline void dot_2x2_w16(const uint32_t* x, const uint32_t* w, int32_t gro
   acc[3] = a11;
 }
 
+/* What the written-out row loops keep in memory (fourteen registers are taken): the widened
+ * columns, the next bias pair, where the next sums go, the end of the weights. The assembly
+ * reads the fields at offsets 0, 4, 8, 12. */
+typedef struct {
+  const uint32_t* x;
+  const int32_t* bias;
+  int32_t* sums;
+  const uint32_t* weights_end;
+} rows_state;
+
 /* Every pair of output channels for two pixels: `sums` receives per pair [pixel 0: o, o + 1,
  * pixel 1: o, o + 1], each the channel's bias plus its dot product with the pixel's widened
  * column (`groups` groups of four k, an even count). */
@@ -385,12 +395,7 @@ static void dot_rows(const uint32_t* x, int32_t groups, const uint32_t* weights,
      * channels' weights) and eight SMLAD, two groups per loop turn; per pair of channels
      * the bias loads, the sums' stores and the loop's state (kept in `state`, since the
      * inner loop takes fourteen registers). */
-    struct {
-      const uint32_t* x;
-      const int32_t* bias;
-      int32_t* sums;
-      const uint32_t* weights_end;
-    } state = {x, bias, sums, weights + (size_t)pairs * 4u * (size_t)groups};
+    rows_state state = {x, bias, sums, weights + (size_t)pairs * 4u * (size_t)groups};
     const uint32_t* const x_end = x + 4 * groups;
     const uint32_t* w = weights;
     const uint32_t* xp;
@@ -465,12 +470,7 @@ static void dot_rows_1px(const uint32_t* x, int32_t groups, const uint32_t* weig
                          int32_t* sums) {
 #if MTVG_ARM_DSP_ASM
   if (weight_bits == 16) {
-    struct {
-      const uint32_t* x;
-      const int32_t* bias;
-      int32_t* sums;
-      const uint32_t* weights_end;
-    } state = {x, bias, sums, weights + (size_t)pairs * 4u * (size_t)groups};
+    rows_state state = {x, bias, sums, weights + (size_t)pairs * 4u * (size_t)groups};
     const uint32_t* const x_end = x + 4 * groups;
     const uint32_t* w = weights;
     const uint32_t* xp;
