@@ -6,6 +6,7 @@ run as the archive's C); the fixed-point primitives; the float fallback and its 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,13 +17,17 @@ from generator.export.fixedpoint import (
     INT32_MAX,
     INT32_MIN,
     PyArith,
+    accumulator_bound,
     exp_on_negative_values,
     multiply_by_quantized_multiplier,
+    narrow_fits,
+    narrow_requantize,
     one_over_one_plus_x,
     quantize_multiplier,
     softmax_params,
 )
 from generator.export.planner import Interval, lower_bound, plan
+from generator.export.qkernels import Requant
 from tests.c_runner import CModel
 from tests.tflite_models import (
     QTensor,
@@ -139,6 +144,24 @@ def test_fully_connected(in_shape, per_channel, activation, tmp_path):
     check_bit_exact(buf, [inp], tmp_path, {"dense"})
 
 
+@pytest.mark.parametrize("out_scale,bias_range", [
+    (1e-4, 1000),  # a multiplier above 1: a left shift
+    (8000.0, 2_000_000_000),  # accumulators beyond 2**30
+])
+def test_fully_connected_outside_the_short_output_stage(out_scale, bias_range, tmp_path):
+    """Layers the short output stage does not cover take TFLite's general form."""
+    rng = np.random.default_rng(4)
+    inp = QTensor((2, 16), 0.05, 5)
+    weights, bias = random_weights_and_bias(rng, (10, 16), inp.scales[0],
+                                            bias_range=bias_range)
+    shifts = np.array([quantize_multiplier(0.05 * s / out_scale)[1] for s in weights.scales])
+    folded = bias.data.astype(np.int64) - 5 * weights.data.astype(np.int64).sum(axis=1)
+    assert not narrow_fits(shifts, accumulator_bound(weights.data, folded, False))
+    out = QTensor((2, 10), out_scale, -7)
+    check_bit_exact(fully_connected_model(inp, weights, bias, out, "NONE"), [inp], tmp_path,
+                    {"dense"})
+
+
 @pytest.mark.parametrize("shape_b,activation", [((1, 4, 4, 8), "NONE"), ((1, 1, 1, 8), "RELU")])
 def test_add(shape_b, activation, tmp_path):
     a, b = QTensor((1, 4, 4, 8), 0.05, 3), QTensor(shape_b, 0.02, -10)
@@ -201,6 +224,41 @@ def test_rounding_divide_by_power_of_two():
     ar = PyArith()
     assert [ar.rdbp(v, 1) for v in (5, -5, 6, -6, 7, -7)] == [3, -3, 3, -3, 4, -4]
     assert ar.rdbp(-1, 31) == 0 and ar.rdbp(INT32_MAX, 31) == 1
+
+
+def test_short_output_stage_equals_tflites_two_roundings():
+    """One 64-bit multiply and int32 steps give TFLite's rounding doubling high multiply,
+    rounding divide and zero point, ties included, wherever `narrow_fits` allows it."""
+    rng = np.random.default_rng(7)
+    ar = PyArith()
+    cases = [(int(rng.integers(-(1 << 30) + 1, 1 << 30)), int(rng.integers(1 << 30, 1 << 31)),
+              -int(rng.integers(1, 23)), int(rng.integers(-128, 128))) for _ in range(20000)]
+    # products exactly between two results (multiplier 2**30: h = (acc + 1) >> 1), and
+    # h exactly between two multiples of 2**e
+    cases += [(a, 1 << 30, -e, zp) for e in (1, 2, 7, 22) for zp in (-128, 0, 127)
+              for a in range(-600, 600)]
+    cases += [(2 * (k << (e - 1)), 1 << 30, -e, zp) for e in (1, 5, 22) for zp in (-128, 3)
+              for k in range(-50, 50)]
+    for acc, m, shift, zp in cases:
+        want = multiply_by_quantized_multiplier(ar, acc, m, shift) + zp
+        assert narrow_requantize(acc, m, shift, zp) == want, (acc, m, shift, zp)
+
+
+def test_short_output_stage_is_taken_only_within_its_bounds():
+    weights = np.full((4, 3, 3, 2), 127, np.int8)  # Σ|w| = 2286 per output channel
+    bias = np.zeros(4, np.int64)
+    bound = accumulator_bound(weights, bias, depthwise=False)
+    assert (bound == 128 * 2286).all()
+    assert (accumulator_bound(weights, bias, False, weight_zero=-1) == 128 * 2304).all()
+    assert (accumulator_bound(np.ones((3, 3, 5), np.int8), bias[:1], True) == 128 * 9).all()
+    assert narrow_fits(np.array([-1, -22]), bound)
+    assert not narrow_fits(np.array([-1, 0]), bound)  # no right shift
+    assert not narrow_fits(-23, bound)
+    assert not narrow_fits(-5, np.array([1 << 30]))
+    requant = Requant(np.array([1 << 30] * 4), np.array([-5] * 4), 3)
+    assert requant.narrowed(bound).narrow
+    assert requant.narrowed(bound).constants()[1].tolist() == [-5] * 4  # same parameters
+    assert not replace(requant, single_rounding=True).narrowed(bound).narrow
 
 
 def test_quantize_multiplier():

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import te, tirx
 
+from generator.export.fixedpoint import accumulator_bound
 from generator.export.qkernels import (
     BLOCK,
     MAX_STAGED_BYTES,
@@ -150,6 +151,8 @@ class _Layer:
     def __init__(self, index: int, layer: ConvLayer) -> None:
         self.i = index
         self.layer = layer
+        self.requant = layer.requant.narrowed(
+            accumulator_bound(layer.weights, layer.bias, layer.depthwise))
         cout = layer.out_shape[3]
         self.padded = any(layer.pads)
         bias = layer.bias
@@ -226,7 +229,7 @@ class _Layer:
               for s in range(block)),
             loop(rh, h_lo, h_hi - h_lo, loop(rw, w_lo, w_hi - w_lo, taps)),
             loop(q, c(0), c(block), store(row, oj, channel, requantize(
-                la.requant, t.BufferLoad(acc, [q]), channel, quant)))])
+                self.requant, t.BufferLoad(acc, [q]), channel, quant)))])
         hl, hh = tap_range(h0, dh, h_, kh_, self.padded)
         wl, wh = tap_range(w0, dw, w_, kw_, self.padded)
         position = t.SeqStmt([

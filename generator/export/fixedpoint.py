@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
 
@@ -222,6 +224,52 @@ def multiply_by_quantized_multiplier(ar, x, multiplier, shift: int):
     right = tirx.max(zero - shift, zero)
     # a quantized multiplier lies in [0, 2**31): the INT32_MIN·INT32_MIN case cannot occur
     return ar.rdbp32(ar.srdhm(ar.shl32(x, left), multiplier, b_above_min=True), right)
+
+
+# ---- the short output stage -----------------------------------------------------------------
+# TFLite's two roundings plus the output zero point, in int32 arithmetic and one 32×32→64-bit
+# multiply, when a layer's right shifts e = −shift all lie in [1, 22] and every accumulator's
+# magnitude stays below 2**30 (`narrow_fits`):
+#   h = (acc·M + 2**30) >> 31          the rounding doubling high multiply. For a product
+#                                      ≥ 0 TFLite truncates the same sum; for one < 0 it
+#                                      truncates (acc·M + 1 − 2**30) / 2**31 toward zero,
+#                                      which is the same floor (write acc·M + 2**30 as
+#                                      q·2**31 + r, 0 ≤ r < 2**31: the nudged sum is
+#                                      (q − 1)·2**31 + r + 1 with 1 ≤ r + 1 ≤ 2**31).
+#   (h + zp·2**e + 2**(e−1) − [h < 0]) >> e
+#                                      the rounding divide (ties away from zero) plus zp: with
+#                                      h = q·2**e + r, TFLite adds 1 to q when
+#                                      r ≥ 2**(e−1) + [h < 0], which is this floor.
+# |h| ≤ |acc| < 2**30, |zp|·2**e ≤ 2**29 and 2**(e−1) ≤ 2**21: the sum stays within int32.
+NARROW_SHIFTS = (-22, -1)
+NARROW_ACC_BOUND = 1 << 30
+
+
+def accumulator_bound(weights: np.ndarray, bias: np.ndarray, depthwise: bool,
+                      weight_zero: int = 0) -> np.ndarray:
+    """Per output channel, a bound on |acc + bias| of a conv or dense layer: `bias` with the
+    input zero point folded in (bias − zp·Σw), so the accumulator is Σ x·(w − weight_zero)
+    over int8 inputs (padding reads the zero point, itself an int8), at most
+    128·Σ|w − weight_zero|. Weights OHWI / [units, depth], or [KH, KW, C] when depthwise."""
+    w = np.abs(weights.astype(np.int64) - int(weight_zero))
+    sums = w.sum(axis=(0, 1)) if depthwise else w.reshape(w.shape[0], -1).sum(axis=1)
+    return np.abs(bias.astype(np.int64)) + 128 * sums
+
+
+def narrow_fits(shift, bound: np.ndarray) -> bool:
+    """Whether the short output stage gives TFLite's results for these shifts (an int or
+    one per channel) and accumulator bounds."""
+    shifts = np.asarray(shift, np.int64)
+    return bool(shifts.size and (shifts >= NARROW_SHIFTS[0]).all()
+                and (shifts <= NARROW_SHIFTS[1]).all()
+                and (np.asarray(bound, np.int64) < NARROW_ACC_BOUND).all())
+
+
+def narrow_requantize(acc: int, multiplier: int, shift: int, zero_point: int) -> int:
+    """The short output stage on Python integers (before the activation's clamp)."""
+    e = -shift
+    h = (acc * multiplier + (1 << 30)) >> 31
+    return (h + zero_point * (1 << e) + ((1 << e) >> 1) + (h >> 31)) >> e
 
 
 def single_rounding_multiply(x, multiplier: int, shift: int):

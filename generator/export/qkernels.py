@@ -21,8 +21,10 @@ from tvm import te, tirx
 from generator.export.fixedpoint import (
     SOFTMAX_ACCUM_INTEGER_BITS,
     TirArith,
+    accumulator_bound,
     exp_on_negative_values,
     multiply_by_quantized_multiplier,
+    narrow_fits,
     one_over_one_plus_x,
     single_rounding_multiply,
 )
@@ -100,10 +102,18 @@ class Requant:
     act_min: int = -128
     act_max: int = 127
     single_rounding: bool = False  # per-tensor only: TFLite's uint8 fully connected's form
+    narrow: bool = False  # the short output stage (fixedpoint.py) gives the same results
 
     @property
     def per_channel(self) -> bool:
         return isinstance(self.multiplier, np.ndarray)
+
+    def narrowed(self, bound: np.ndarray) -> Requant:
+        """This requantization in the short output stage when `bound` (per output channel, a
+        bound on |acc + bias|: `accumulator_bound`) and the shifts allow it."""
+        if self.narrow or self.single_rounding or not narrow_fits(self.shift, bound):
+            return self
+        return replace(self, narrow=True)
 
     def constants(self) -> list[np.ndarray]:
         if not self.per_channel:
@@ -155,14 +165,42 @@ def requantize(requant: Requant, acc, channel, quant_bufs: list | None = None):
                  t.Cast("int32", t.BufferLoad(quant_bufs[1], [channel])))
     else:
         scale = (int(requant.multiplier), int(requant.shift))
-    scaled = multiply_by_quantized_multiplier(TirArith(), acc, *scale)
-    return _clamp_int8(scaled + requant.zero_point, requant.act_min, requant.act_max)
+    return _output_stage(requant, acc, *scale)
+
+
+def _output_stage(r: Requant, acc, multiplier, shift):
+    """acc · multiplier · 2**shift rounded TFLite's way, plus the zero point, clamped to the
+    activation's range (multiplier and shift: ints, or int32 TIR values per channel)."""
+    if r.single_rounding:
+        scaled = single_rounding_multiply(acc, int(multiplier), int(shift)) + r.zero_point
+    elif r.narrow:
+        scaled = _narrow_stage(acc, multiplier, shift, r.zero_point)
+    else:
+        scaled = multiply_by_quantized_multiplier(TirArith(), acc, multiplier, shift) \
+            + r.zero_point
+    return _clamp_int8(scaled, r.act_min, r.act_max)
+
+
+def _narrow_stage(acc, multiplier, shift, zero_point: int):
+    """`fixedpoint.narrow_requantize` as TIR: one 32×32→64-bit multiply, then int32."""
+    t = tirx
+    i32, i64 = "int32", "int64"
+    m64 = t.const(multiplier, i64) if isinstance(multiplier, int) else t.Cast(i64, multiplier)
+    product = t.Cast(i64, acc) * m64 + t.const(1 << 30, i64)
+    high = t.Cast(i32, product >> t.const(31, i64))
+    if isinstance(shift, int):
+        e = t.const(-shift, i32)
+        addend = t.const(zero_point * (1 << -shift) + (1 << (-shift - 1)), i32)
+    else:
+        e = t.const(0, i32) - shift
+        power = t.const(1, i32) << e
+        addend = power * t.const(zero_point, i32) + (power >> t.const(1, i32))
+    return (high + addend + (high >> t.const(31, i32))) >> e
 
 
 class _Requantizer:
     def __init__(self, requant: Requant, channels: int) -> None:
         self.r = requant
-        self.ar = TirArith()
         self.placeholders = []
         if requant.per_channel:
             self.m = te.placeholder((channels,), "int32", "multiplier")
@@ -171,15 +209,9 @@ class _Requantizer:
 
     def __call__(self, acc, channel):
         r = self.r
-        if r.single_rounding:
-            scaled = single_rounding_multiply(acc, int(r.multiplier), int(r.shift))
-        elif r.per_channel:
-            scaled = multiply_by_quantized_multiplier(self.ar, acc, self.m[channel],
-                                                      self.s[channel].astype("int32"))
-        else:
-            scaled = multiply_by_quantized_multiplier(self.ar, acc, int(r.multiplier),
-                                                      int(r.shift))
-        return _clamp_int8(scaled + r.zero_point, r.act_min, r.act_max)
+        if r.per_channel:
+            return _output_stage(r, acc, self.m[channel], self.s[channel].astype("int32"))
+        return _output_stage(r, acc, int(r.multiplier), int(r.shift))
 
 
 def unfolded_bias(weights: np.ndarray, bias: np.ndarray, input_zero: int, depthwise: bool,
@@ -217,6 +249,7 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
     are [KH, KW, Cout] (Cout = Cin · multiplier). The products are x · (w − weight_zero)
     (`weight_zero` is nonzero for uint8 models mapped to int8). `bias` already holds
     bias − input_zero · Σ(w − weight_zero), so padding reads the input zero point."""
+    requant = requant.narrowed(accumulator_bound(weights, bias, depthwise, weight_zero))
     in_place = (in_place_form(x_shape, weights.shape, out_shape, strides, pads, depthwise)
                 if _in_place.get() else None)
     if (any(pads) or not depthwise or in_place) and _conv_form.get() == "auto":
@@ -533,6 +566,7 @@ def dense(batch: int, weights: np.ndarray, bias: np.ndarray, requant: Requant,
     holds bias − input_zero · Σ(w − weight_zero)). A weight zero point (uint8 models) is
     applied as − weight_zero · Σx, the row's sum computed once for all units."""
     units, depth = weights.shape
+    requant = requant.narrowed(accumulator_bound(weights, bias, False, weight_zero))
     x = te.placeholder((batch, depth), "int8", "x")
     w = te.placeholder((units, depth), "int8", "w")
     b = te.placeholder((units,), "int32", "bias")

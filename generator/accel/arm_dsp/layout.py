@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from generator.export.fixedpoint import NARROW_ACC_BOUND, NARROW_SHIFTS
+
 # Within a group of four k, the order the widened halves take them in: (k0, k2), (k1, k3).
 HALVES_ORDER = (0, 2, 1, 3)
 
@@ -51,9 +53,6 @@ def depthwise_weights(weights: np.ndarray, taps: int) -> np.ndarray:
     return _words(laid, "int16")
 
 
-# The short output stage's right shifts (mtvg_arm_dsp.h): e in [1, 22] keeps the addend
-# 2^(e-1) + zero_point · 2^e and the sum with the multiply's result within int32.
-NARROW_SHIFTS = (-22, -1)
 
 
 def narrow(weights: np.ndarray, bias: np.ndarray, shift: np.ndarray, depthwise: bool) -> bool:
@@ -67,7 +66,7 @@ def narrow(weights: np.ndarray, bias: np.ndarray, shift: np.ndarray, depthwise: 
     per_channel = w.reshape(-1, w.shape[-1]).sum(axis=0) if depthwise \
         else w.reshape(w.shape[0], -1).sum(axis=1)
     bound = np.abs(bias.astype(np.int64)) + 255 * per_channel
-    return bool((bound < (1 << 30)).all())
+    return bool((bound < NARROW_ACC_BOUND).all())
 
 
 def narrow_params(multiplier: np.ndarray, shift: np.ndarray, zero_point: int,
