@@ -878,6 +878,11 @@ class Tune(Command):
         parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1,D2",
                             help="static shape of an input (repeatable)")
         parser.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+        parser.add_argument("--search", choices=("model", "random"), default="model",
+                            help="how candidates are chosen: 'model' (default: once a task "
+                                 "has measurements, an xgboost cost model ranks many drawn "
+                                 "candidates and the best are built; random draws without "
+                                 "xgboost installed) or 'random'")
         parser.add_argument("--number", type=int, default=10, metavar="N",
                             help="calls per timed repeat (default 10; on QEMU boards, whose "
                                  "time is virtual, 1 is enough)")
@@ -918,7 +923,7 @@ class Tune(Command):
         summary = tune_model(args.model, args.board, args.trials, args.output,
                              batch_size=args.batch, shapes=shapes, progress=progress,
                              seed=args.seed, config=config, devices=devices,
-                             parallel=parallel)
+                             parallel=parallel, search=args.search)
         if args.json:
             self.emit_json(summary.to_json())
             return EXIT_OK

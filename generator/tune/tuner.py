@@ -32,6 +32,8 @@ from generator.errors import ExportError, InputError
 from generator.export.lower import last_line
 from generator.tune.build_ahead import BuildAhead
 from generator.tune.builder import CACHED
+from generator.tune.cost_model import CostModel
+from generator.tune.cost_model import available as cost_model_available
 from generator.tune.interrupt import catching_interrupts
 from generator.tune.interrupt import check as check_interrupt
 from generator.tune.log import LOG_NAME, TuneLog, candidate_hash
@@ -42,6 +44,9 @@ from generator.tune.space import tune_context
 from generator.tune.tasks import Task, extract_tasks
 
 MUTATE_SHARE = 0.5  # of new candidates, once something is timed: mutations of the best
+POOL_FACTOR = 8  # candidates drawn per one proposed, when the cost model ranks them
+EXPLORE_SHARE = 0.25  # of a guided batch: drawn at random, not ranked
+SEARCHES = ("model", "random")
 PARENTS = 4  # the best traces of a task that mutations start from
 PROPOSE_TRIES = 20  # attempts per wanted candidate before the space counts as exhausted
 
@@ -93,7 +98,8 @@ def tune_model(model: Path, board: str, trials: int, out_dir: Path, *, batch_siz
                config: EvaluatorConfig | None = None,
                shapes: dict[str, tuple[int, ...]] | None = None,
                progress: Callable[[str], None] | None = None,
-               seed: int = 0, devices=None, parallel: int = 1) -> TuneSummary:
+               seed: int = 0, devices=None, parallel: int = 1,
+               search: str = "model") -> TuneSummary:
     """Tune every task of `model` on `board`; results in `out_dir`."""
     from generator.boards import load_board
 
@@ -101,7 +107,7 @@ def tune_model(model: Path, board: str, trials: int, out_dir: Path, *, batch_siz
     tasks = extract_tasks(Path(model), shapes)
     return tune_tasks(tasks, board, trials, out_dir, batch_size=batch_size, config=config,
                       progress=progress, seed=seed, model=str(model), devices=devices,
-                      parallel=parallel)
+                      parallel=parallel, search=search)
 
 
 def _require_device(board, devices) -> None:
@@ -116,21 +122,25 @@ def _require_device(board, devices) -> None:
 def tune_tasks(tasks: list[Task], board: str, trials: int, out_dir: Path, *,
                batch_size: int = 8, config: EvaluatorConfig | None = None,
                progress: Callable[[str], None] | None = None, seed: int = 0,
-               model: str = "", devices=None, parallel: int = 1) -> TuneSummary:
+               model: str = "", devices=None, parallel: int = 1,
+               search: str = "model") -> TuneSummary:
     """Tune `tasks` on `board`; measurement on `devices` (session.LocalDevices: private
     serves on this machine, the default; session.TrackerDevices: servers from a tracker),
-    `parallel` batches at a time."""
+    `parallel` batches at a time. `search`: "model" (the cost model ranks candidates once
+    it has measurements, when xgboost is installed) or "random"."""
     from generator.boards import load_board
 
     if trials < 1 or batch_size < 1 or parallel < 1:
         raise InputError("--trials, --batch and --parallel must be at least 1")
+    if search not in SEARCHES:
+        raise InputError(f"--search {search!r}: one of {', '.join(SEARCHES)}")
     _require_device(load_board(board), devices)  # before anything runs
     start = time.monotonic()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with catching_interrupts(progress):
         return _tune_all(tasks, board, trials, out_dir, batch_size, config, progress, seed,
-                         model, devices, parallel, start)
+                         model, devices, parallel, start, search == "model")
 
 
 def _earlier_references(out_dir: Path, tasks: list[Task]) -> dict[str, float]:
@@ -152,11 +162,14 @@ def _earlier_references(out_dir: Path, tasks: list[Task]) -> dict[str, float]:
 
 
 def _tune_all(tasks, board, trials, out_dir, batch_size, config, progress, seed, model,
-              devices, parallel, start) -> TuneSummary:
+              devices, parallel, start, guided) -> TuneSummary:
     log = TuneLog.open(out_dir)
     measurer = Measurer(board, out_dir, log, config or EvaluatorConfig(seed=seed),
                         devices=devices, parallel=parallel, say=progress)
     measurer.reference_secs.update(_earlier_references(out_dir, tasks))
+    if guided and not cost_model_available() and progress:
+        progress("xgboost is not installed: candidates are drawn at random, not ranked by the "
+                 "cost model (pip install xgboost-cpu)")
     summary = TuneSummary(model, board, out_dir, trials, counters=measurer.counters)
     shares = budgets(tasks, trials)
     carry = 0  # trials earlier tasks could not use (their space ran out): the later ones get them
@@ -175,7 +188,7 @@ def _tune_all(tasks, board, trials, out_dir, batch_size, config, progress, seed,
         measurer.task = task
         check_interrupt()
         if log.measured(task.workload) < share:
-            used = _tune_task(task, share, measurer, batch_size, seed, report)
+            used = _tune_task(task, share, measurer, batch_size, seed, report, guided)
         else:
             used = share
             report()
@@ -193,14 +206,14 @@ def task_rng(seed: int, task: Task) -> np.random.Generator:
 
 
 def _tune_task(task: Task, share: int, measurer: Measurer, batch_size: int, seed: int,
-               report: Callable[[], None]) -> int:
+               report: Callable[[], None], guided: bool = True) -> int:
     """Tune one task with up to `share` candidates; returns how many it had."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     rng = task_rng(seed, task)
     ctx = tune_context(task.mod, task.name, "replay-trace", int(rng.integers(1, 2**30)))
     try:
-        proposer = _Proposer(task, ctx, rng)
+        proposer = _Proposer(task, ctx, rng, guided)
     except Exception as exc:  # TVM refuses the kernel (e.g. ill-formed TIR): not tunable
         if measurer.say:
             measurer.say(f"{task.name}: MetaSchedule cannot make its search space, not tuned: "
@@ -257,14 +270,22 @@ def _measure_round(task: Task, rounds: list[list], built: list[list], runner, ar
     check_interrupt()
     for (sch, artifact), future in zip(pending, futures, strict=True):
         result = future.result()
+        reference = measurer.reference_secs.get(task.name)
+        trace = plain(sch.trace.as_json(remove_postproc=True))
         if result.run_secs:
             secs = [float(s) for s in result.run_secs]
-            trace = plain(sch.trace.as_json(remove_postproc=True))
             if not artifact.startswith(CACHED):  # a rerun's replay: recorded already
                 append_record(measurer.work_dir, Record(
                     task.name, task.workload, candidate_hash(sch.mod), secs, trace,
-                    measurer.reference_secs.get(task.name)))
+                    reference))
             proposer.add_parent(trace, min(secs))
+            proposer.learn(trace, reference / min(secs) if reference else None)
+        else:
+            proposer.learn(trace, None)
+    for schedules, artifacts in zip(rounds, built, strict=True):  # failed to build
+        for sch, artifact in zip(schedules, artifacts, strict=True):
+            if isinstance(artifact, Exception):
+                proposer.learn(plain(sch.trace.as_json(remove_postproc=True)), None)
 
 
 def propose_candidates(task: Task, count: int, seed: int = 0) -> list:
@@ -279,7 +300,7 @@ class _Proposer:
     """New candidates: random decisions on the design space's traces, or a mutation of one
     of the best traces measured."""
 
-    def __init__(self, task: Task, ctx, rng: np.random.Generator) -> None:
+    def __init__(self, task: Task, ctx, rng: np.random.Generator, guided: bool = True) -> None:
         self.task = task
         self.workload = task.workload
         self.ctx = ctx
@@ -288,7 +309,13 @@ class _Proposer:
         self.postprocs = list(ctx.space_generator.postprocs)
         self.mutators = list(ctx.space_generator.mutator_probs.items())
         self.parents: list[tuple[float, list]] = []  # (best seconds, trace JSON)
+        self.model = CostModel() if guided and cost_model_available() else None
         self.seen: set[str] = set()  # every candidate proposed in this run
+
+    def learn(self, trace_json: list, speedup: float | None) -> None:
+        """A candidate's result for the cost model (speed-up over untuned; None: failed)."""
+        if self.model is not None:
+            self.model.add(trace_json, speedup)
 
     def add_parent(self, trace_json: list, secs: float) -> None:
         self.parents.append((secs, trace_json))
@@ -296,7 +323,19 @@ class _Proposer:
         del self.parents[PARENTS:]
 
     def propose(self, count: int) -> list:
-        out = []
+        """Up to `count` new candidates: once the cost model has enough measurements, the
+        ones it ranks fastest among POOL_FACTOR times as many drawn (and a share drawn at
+        random, so that it keeps learning); before, the first ones drawn."""
+        guided = self.model is not None and self.model.ready()
+        drawn = self._draw(count * POOL_FACTOR if guided else count)
+        if guided and len(drawn) > count:
+            drawn = self._rank(drawn, count)
+        for h, _ in drawn:
+            self.seen.add(h)
+        return [sch for _, sch in drawn]
+
+    def _draw(self, count: int) -> list[tuple[str, object]]:
+        out: dict[str, object] = {}
         for _ in range(count * PROPOSE_TRIES):
             if len(out) == count:
                 break
@@ -304,11 +343,21 @@ class _Proposer:
             if sch is None:
                 continue
             h = candidate_hash(sch.mod)
-            if h in self.seen:
+            if h in self.seen or h in out:
                 continue  # proposed already (a rerun finds earlier runs' results in the log)
-            self.seen.add(h)
-            out.append(sch)
-        return out
+            out[h] = sch
+        return list(out.items())
+
+    def _rank(self, drawn: list, count: int) -> list:
+        """`count` of `drawn`: the model's best, then EXPLORE_SHARE of them at random."""
+        traces = [plain(sch.trace.as_json(remove_postproc=True)) for _, sch in drawn]
+        order = [int(i) for i in np.argsort(-self.model.predict(traces), kind="stable")]
+        explore = int(count * EXPLORE_SHARE)
+        chosen = order[:count - explore]
+        rest = order[count - explore:]
+        picks = self.rng.choice(len(rest), size=min(explore, len(rest)), replace=False)
+        chosen += [rest[int(i)] for i in sorted(picks)]
+        return [drawn[i] for i in chosen]
 
     def _one(self):
         from tvm import s_tir
