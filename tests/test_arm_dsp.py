@@ -37,10 +37,11 @@ HARNESS = r"""
 #include <stdlib.h>
 #include "mtvg_arm_dsp.h"
 
-/* Reads cases: op (0 conv2d, 1 depthwise, 2 Helium depthwise), 20 scalars (conv2d's
- * order; depthwise skips out_c and weight_bits), five arrays (packed weights as uint32,
- * bias, multiplier, shift, narrow_params as int32) with their lengths, the input (int8) and the
- * output length. Prints the status and outputs. */
+/* Reads cases: op (0 conv2d, 1 depthwise, 2 Helium depthwise, 3 Helium 1x1), 20 scalars
+ * (conv2d's order; depthwise skips out_c and weight_bits), five arrays (packed weights as
+ * uint32, bias, multiplier, shift, narrow_params as int32; the 1x1 kernel's records in the
+ * last) with their lengths, the input (int8) and the output length. Prints the status and
+ * outputs. */
 static int rd(long* v) { return scanf("%ld", v) == 1; }
 
 int main(void) {
@@ -61,7 +62,10 @@ int main(void) {
     int8_t* out = calloc((size_t)n, 1);
     mtvg_accel_clear();
     const uint32_t* w = (const uint32_t*)arr[0];
-    int32_t st = op == 2
+    int32_t st = op == 3
+        ? mtvg_arm_dsp_pointwise_helium_s8(in, (const int8_t*)w, arr[4], out, s[3] * s[4], s[2],
+                                           s[5], s[15], s[16], s[17], s[19])
+        : op == 2
         ? mtvg_arm_dsp_depthwise_helium_s8(in, (const int8_t*)w, arr[1], arr[2], arr[3], arr[4],
                                            out, s[0], s[1], s[2], s[3], s[4], s[6], s[7], s[8],
                                            s[9], s[10], s[11], s[12], s[13], s[14], s[15], s[16],
@@ -113,10 +117,35 @@ def harness(tmp_path_factory) -> Path:
     return build(tmp_path_factory.mktemp("arm_dsp"), 1 << 16)
 
 
+def encode_pointwise(case: Conv, narrow: bool) -> str:
+    """A 1x1 case for the Helium 1x1 kernel: TFLite's weights padded to whole words, the
+    per-channel records (folded bias, multiplier, shift, zero point) as the plugin makes
+    them."""
+    call = case.call()
+    out_c, depth = case.out_c, case.x.shape[2]
+    rows = case.w.reshape(out_c, depth)
+    file_bias = case.bias if case.bias is not None else np.zeros(out_c, np.int32)
+    bias = layout.fold_input_offset(rows.T, file_bias, case.zp_in, depth)
+    narrow = narrow and layout.narrow(case.w, file_bias, case.shift, False)
+    records = np.stack([bias, case.mult, case.shift, np.full(out_c, case.zp_out)], axis=1)
+    words = np.zeros(-(-rows.size // 4) * 4, np.int8)
+    words[:rows.size] = rows.reshape(-1)
+    arrays = [words.view(np.int32), *([np.zeros(0, np.int32)] * 3),
+              records.astype(np.int32).reshape(-1)]
+    parts = ["3", *map(str, call.scalars), "8", str(int(narrow))]
+    for a in arrays:
+        parts += [str(a.size), *map(str, a.tolist())]
+    parts += [str(case.x.size), *map(str, case.x.reshape(-1).tolist()), str(call.out_len)]
+    return " ".join(parts)
+
+
 def encode(case: Conv, bits: int, narrow: bool, helium: bool = False) -> str:
     """The case as the harness reads it, its weights packed as the plugin packs them
-    (`helium`: the Helium depthwise kernel's, 8-bit weights padded to whole words);
-    `narrow` is used only where the plugin's bound allows it."""
+    (`helium`: the Helium kernels', 8-bit weights padded to whole words; a 1x1 convolution
+    goes to the Helium 1x1 kernel); `narrow` is used only where the plugin's bound allows
+    it."""
+    if helium and not case.depthwise:
+        return encode_pointwise(case, narrow)
     call = case.call()
     out_c = case.out_c
     bias = case.bias if case.bias is not None else np.zeros(out_c, np.int32)
@@ -229,6 +258,22 @@ def test_depthwise_conv2d_bit_exact(harness, narrow, helium):
                      narrow, helium)
 
 
+def pointwise_cases(rng) -> list[Conv]:
+    """1x1 convolutions for the Helium kernel: whole sixteens of input channels (its
+    written-out loop) and tails, pixel counts from one to past a multiple of four."""
+    shapes = [((5, 5), 64, 64), ((1, 1), 37, 9), ((1, 3), 64, 12), ((3, 5), 12, 7),
+              ((4, 3), 6, 5), ((2, 2), 16, 3), ((7, 1), 48, 10), ((3, 3), 33, 4)]
+    return [random_conv(rng, False, in_hw=hw, in_c=c, k_hw=(1, 1), out_c=o)
+            for hw, c, o in shapes]
+
+
+@pytest.mark.parametrize("narrow", [True, False])
+def test_pointwise_helium_bit_exact(harness, narrow):
+    """The Helium 1x1 kernel's portable C on the host (the Helium loops run in QEMU)."""
+    rng = np.random.default_rng(14)
+    assert_bit_exact(harness, pointwise_cases(rng), 8, narrow, helium=True)
+
+
 def test_scratch_bounds_are_what_the_calls_take(tmp_path):
     """A harness with exactly the plugin's bound runs the case; one byte less fails with
     the scratch error (the words are rounded down, so less by a word). Built without the
@@ -286,7 +331,10 @@ int main(void) {
     memset(out, 0, sizeof(out));
     mtvg_accel_clear();
     int32_t st = mtvg_accel_check(
-        c->op == 2
+        c->op == 3
+            ? mtvg_arm_dsp_pointwise_helium_s8(c->x, (const int8_t*)c->w, c->ad, out, s[3] * s[4],
+                                               s[2], s[5], s[15], s[16], s[17], s[19])
+        : c->op == 2
             ? mtvg_arm_dsp_depthwise_helium_s8(c->x, (const int8_t*)c->w, c->b, c->m, c->sh, c->ad,
                                                out, s[0], s[1], s[2], s[3], s[4], s[6], s[7],
                                                s[8], s[9], s[10], s[11], s[12], s[13], s[14],
@@ -353,7 +401,7 @@ def embed(cases: list[tuple[Conv, int, bool, bool]]) -> str:
 @pytest.mark.parametrize("board_name", ["qemu-mps2-an386", "qemu-mps3-an547"])
 def test_kernels_bit_exact_in_qemu(tmp_path, board_name):
     """The driver as the cores run it (the written-out LDRD/SMLAD loops, SMMULR, SSAT; on the
-    M55 also the Helium depthwise kernel): the host tests' shapes with int16 and int8
+    M55 also the Helium depthwise and 1x1 kernels): the host tests' shapes with int16 and int8
     weights, both output stages, and one-pixel rows, against TFLite's references."""
     from generator.boards import load_board
     from tests.bare_firmware import build_and_run
@@ -372,6 +420,8 @@ def test_kernels_bit_exact_in_qemu(tmp_path, board_name):
         [(c, 16, False, False) for c in dws[:6]]
     if "mve" in board.features:
         cases += [(c, 16, True, True) for c in dws] + [(c, 16, False, True) for c in dws[:6]]
+        ones = pointwise_cases(rng)
+        cases += [(c, 8, True, True) for c in ones] + [(c, 8, False, True) for c in ones[:4]]
     (tmp_path / "cases.h").write_text(embed(cases))
     (tmp_path / "main.c").write_text(FIRMWARE_MAIN)
     scratch = max(conv_scratch(c.k_hw[0] * c.k_hw[1] * c.x.shape[2], c.out_c) for c in convs)

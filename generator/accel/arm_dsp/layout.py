@@ -105,3 +105,4 @@ def helium_order(channels: int) -> np.ndarray:
             block += [base + half + i for i in (0, 2, 4, 6, 1, 3, 5, 7)]
         order[base:base + 16] = block
     return order
+

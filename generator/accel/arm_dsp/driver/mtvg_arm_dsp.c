@@ -993,6 +993,228 @@ int32_t mtvg_arm_dsp_depthwise_helium_s8(
   return 0;
 }
 
+/* ---- 1x1 conv2d and dense on Helium ----------------------------------------------------- */
+
+/* Every channel's record (bias, multiplier, shift, zero point) within TFLite's ranges, the
+ * zero point the same throughout (the written-out loop reads it from the records). */
+static int records_ok(const int32_t* records, int32_t channels) {
+  for (int32_t c = 0; c < channels; ++c) {
+    const int32_t* r = records + 4 * c;
+    if (r[1] < 0 || r[2] < -31 || r[2] > 30 || r[3] != records[3]) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+#ifdef MTVG_ARM_DSP_MVE
+/* Four input rows' (x, x + step, x + 2 step, x + 3 step) inner products with one channel's
+ * weights `w`, each starting at `bias`, one lane per row: sixteen input channels per step,
+ * one VMLADAVA of sixteen products per row, the last step under a tail predicate. */
+static inline int32x4_t helium_dot4(const int8_t* x, int32_t step, const int8_t* w,
+                                    int32_t in_c, int32_t bias) {
+  int32_t a0 = bias, a1 = bias, a2 = bias, a3 = bias;
+  const int8_t *x0 = x, *x1 = x + step, *x2 = x1 + step, *x3 = x2 + step;
+  const int32_t whole = in_c / 16;
+#if MTVG_ARM_DSP_ASM
+  /* A low-overhead loop: one load of the weights and one of each row per step (the
+   * pointers moving on), four VMLADAVA (their accumulators in even registers: "Te"). */
+  __asm__ volatile(
+      "wls lr, %[n], 2f\n"
+      "1:\n"
+      "vldrb.8 q0, [%[w]], #16\n"
+      "vldrb.8 q1, [%[x0]], #16\n"
+      "vmladava.s8 %[a0], q1, q0\n"
+      "vldrb.8 q2, [%[x1]], #16\n"
+      "vmladava.s8 %[a1], q2, q0\n"
+      "vldrb.8 q3, [%[x2]], #16\n"
+      "vmladava.s8 %[a2], q3, q0\n"
+      "vldrb.8 q1, [%[x3]], #16\n"
+      "vmladava.s8 %[a3], q1, q0\n"
+      "le lr, 1b\n"
+      "2:\n"
+      : [a0] "+Te"(a0), [a1] "+Te"(a1), [a2] "+Te"(a2), [a3] "+Te"(a3), [x0] "+r"(x0),
+        [x1] "+r"(x1), [x2] "+r"(x2), [x3] "+r"(x3), [w] "+r"(w)
+      : [n] "r"(whole)
+      : "lr", "memory", "d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7");
+#else
+  for (int32_t k = 0; k < whole; ++k, w += 16, x0 += 16, x1 += 16, x2 += 16, x3 += 16) {
+    const int8x16_t wv = vldrbq_s8(w);
+    a0 = vmladavaq_s8(a0, vldrbq_s8(x0), wv);
+    a1 = vmladavaq_s8(a1, vldrbq_s8(x1), wv);
+    a2 = vmladavaq_s8(a2, vldrbq_s8(x2), wv);
+    a3 = vmladavaq_s8(a3, vldrbq_s8(x3), wv);
+  }
+#endif
+  if (in_c % 16) {
+    const mve_pred16_t p = vctp8q((uint32_t)(in_c % 16));
+    const int8x16_t wv = vldrbq_z_s8(w, p);
+    a0 = vmladavaq_s8(a0, vldrbq_z_s8(x0, p), wv);
+    a1 = vmladavaq_s8(a1, vldrbq_z_s8(x1, p), wv);
+    a2 = vmladavaq_s8(a2, vldrbq_z_s8(x2, p), wv);
+    a3 = vmladavaq_s8(a3, vldrbq_z_s8(x3, p), wv);
+  }
+  int32x4_t acc = vdupq_n_s32(a0);
+  acc = vsetq_lane_s32(a1, acc, 1);
+  acc = vsetq_lane_s32(a2, acc, 2);
+  return vsetq_lane_s32(a3, acc, 3);
+}
+
+#if MTVG_ARM_DSP_ASM
+/* Four full rows by every output channel, written out: per channel the inner products
+ * (in_c a multiple of 16), then the short output stage on the four sums (VQRDMULH, the
+ * negative-value fix-up, VRSHL, the zero point, the clamp) and one scatter store of the
+ * four bytes. `records`: per channel (bias, multiplier, shift, zero point); `frame`: the
+ * store offsets, act_min x4, act_max x4 and out_c. The sums go into q4 one lane at a time
+ * (d8[0] .. d9[1]; the two-lane VMOV's lane order is read differently by assemblers and
+ * emulators). Fourteen registers: the frame pointer must be free, as for the DSP loops. */
+__attribute__((noinline)) static void pointwise_rows4(const int8_t* x, int32_t in_c,
+                                                     const int8_t* w, const int32_t* records,
+                                                     const int32_t* frame, int8_t* out) {
+  const int8_t *x0 = x, *x1 = x + in_c, *x2 = x1 + in_c, *x3 = x2 + in_c;
+  int32_t a0, a1, a2, a3;
+  const int32_t whole = in_c / 16;
+  __asm__ volatile(
+      "vldrw.32 q5, [%[f]]\n"
+      "vldrw.32 q6, [%[f], #16]\n"
+      "vldrw.32 q7, [%[f], #32]\n"
+      "ldr %[f], [%[f], #48]\n"
+      "3:\n"
+      "ldr %[a0], [%[r]], #16\n"
+      "mov %[a1], %[a0]\n"
+      "mov %[a2], %[a0]\n"
+      "mov %[a3], %[a0]\n"
+      "wls lr, %[n], 2f\n"
+      "1:\n"
+      "vldrb.8 q0, [%[w]], #16\n"
+      "vldrb.8 q1, [%[x0]], #16\n"
+      "vmladava.s8 %[a0], q1, q0\n"
+      "vldrb.8 q2, [%[x1]], #16\n"
+      "vmladava.s8 %[a1], q2, q0\n"
+      "vldrb.8 q3, [%[x2]], #16\n"
+      "vmladava.s8 %[a2], q3, q0\n"
+      "vldrb.8 q1, [%[x3]], #16\n"
+      "vmladava.s8 %[a3], q1, q0\n"
+      "le lr, 1b\n"
+      "2:\n"
+      "vmov.32 d8[0], %[a0]\n"
+      "vmov.32 d8[1], %[a1]\n"
+      "vmov.32 d9[0], %[a2]\n"
+      "vmov.32 d9[1], %[a3]\n"
+      "ldrd %[a0], %[a1], [%[r], #-12]\n"
+      "ldr %[a2], [%[r], #-4]\n"
+      "vqrdmulh.s32 q4, q4, %[a0]\n"
+      "vshr.s32 q0, q4, #31\n"
+      "vadd.i32 q4, q4, q0\n"
+      "vrshl.s32 q4, %[a1]\n"
+      "vadd.i32 q4, q4, %[a2]\n"
+      "vmax.s32 q4, q4, q6\n"
+      "vmin.s32 q4, q4, q7\n"
+      "vstrb.32 q4, [%[o], q5]\n"
+      "add %[o], %[o], #1\n"
+      "sub %[x0], %[x0], %[n], lsl #4\n"
+      "sub %[x1], %[x1], %[n], lsl #4\n"
+      "sub %[x2], %[x2], %[n], lsl #4\n"
+      "sub %[x3], %[x3], %[n], lsl #4\n"
+      "subs %[f], %[f], #1\n"
+      "bne 3b\n"
+      : [a0] "=&Te"(a0), [a1] "=&Te"(a1), [a2] "=&Te"(a2), [a3] "=&Te"(a3), [x0] "+r"(x0),
+        [x1] "+r"(x1), [x2] "+r"(x2), [x3] "+r"(x3), [w] "+r"(w), [r] "+r"(records),
+        [o] "+r"(out), [f] "+r"(frame)
+      : [n] "r"(whole)
+      : "lr", "cc", "memory", "d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7", "d8", "d9",
+        "d10", "d11", "d12", "d13", "d14", "d15");
+}
+#endif
+
+/* One channel's sums of `rows` pixels (lanes) through the output stage, stored `out_c`
+ * bytes apart. */
+static inline void helium_store_rows(int32x4_t acc, int32_t multiplier, int32_t shift,
+                                     const output_stage* stage, uint32x4_t offsets,
+                                     int32_t rows, int32_t out_c, int8_t* out) {
+  if (stage->narrow) {
+    int32x4_t h = vqrdmulhq_n_s32(acc, multiplier);
+    h = vaddq_s32(h, vshrq_n_s32(h, 31));
+    h = vrshlq_n_s32(h, shift);
+    h = vaddq_n_s32(h, stage->zero_point);
+    h = vmaxq_s32(h, vdupq_n_s32(stage->act_min));
+    h = vminq_s32(h, vdupq_n_s32(stage->act_max));
+    vstrbq_scatter_offset_p_s32(out, offsets, h, vctp32q((uint32_t)rows));
+    return;
+  }
+  int32_t sums[4];
+  vstrwq_s32(sums, acc);
+  for (int32_t i = 0; i < rows; ++i) {
+    out[(size_t)i * (size_t)out_c] = requantize(sums[i], multiplier, shift, stage);
+  }
+}
+#endif
+
+int32_t mtvg_arm_dsp_pointwise_helium_s8(const int8_t* input, const int8_t* weights,
+                                         const int32_t* records, int8_t* output,
+                                         int32_t pixels, int32_t in_c, int32_t out_c,
+                                         int32_t output_zero_point, int32_t act_min,
+                                         int32_t act_max, int32_t narrow) {
+  ++conv2d_calls;
+  const int32_t sizes[] = {pixels, in_c, out_c};
+  if (!input || !weights || !records || !output || !dims_ok(sizes, 3, 1) ||
+      !quant_ok(0, output_zero_point, act_min, act_max) || !records_ok(records, out_c)) {
+    return fail(MTVG_ARM_DSP_EARGUMENT,
+                "pointwise conv2d: an argument outside the driver's limits");
+  }
+  const output_stage stage = {output_zero_point, act_min, act_max, narrow};
+#ifdef MTVG_ARM_DSP_MVE
+  /* Four pixels by one channel per call; the last pixels one at a time (all four lanes
+   * reading the same row, one stored). */
+  const uint32x4_t offsets = vmulq_n_u32(vidupq_n_u32(0, 1), (uint32_t)out_c);
+  int32_t px = 0;
+#if MTVG_ARM_DSP_ASM
+  if (narrow && in_c % 16 == 0) {
+    /* {offsets, act_min x4, act_max x4, out_c}: what the loop below loads first. */
+    int32_t frame[13];
+    vstrwq_s32(frame, vreinterpretq_s32_u32(offsets));
+    vstrwq_s32(frame + 4, vdupq_n_s32(act_min));
+    vstrwq_s32(frame + 8, vdupq_n_s32(act_max));
+    frame[12] = out_c;
+    for (; px + 4 <= pixels; px += 4) {
+      pointwise_rows4(input + (size_t)px * (size_t)in_c, in_c, weights, records, frame,
+                      output + (size_t)px * (size_t)out_c);
+    }
+  }
+#endif
+  for (; px < pixels; px += 4) {
+    const int32_t rows = pixels - px < 4 ? 1 : 4;
+    const int32_t step = rows == 4 ? in_c : 0;
+    const int8_t* x = input + (size_t)px * (size_t)in_c;
+    int8_t* out = output + (size_t)px * (size_t)out_c;
+    const int8_t* w = weights;
+    for (int32_t ch = 0; ch < out_c; ++ch, w += in_c) {
+      const int32_t* r = records + 4 * ch;
+      helium_store_rows(helium_dot4(x, step, w, in_c, r[0]), r[1], r[2], &stage, offsets, rows,
+                        out_c, out + ch);
+    }
+    px -= 4 - rows;  /* a single row moves on by one */
+  }
+#else
+  /* Elsewhere: the same sums in plain C, and the general output stage (the short one gives
+   * the same results). */
+  for (int32_t px = 0; px < pixels; ++px) {
+    const int8_t* x = input + (size_t)px * (size_t)in_c;
+    for (int32_t ch = 0; ch < out_c; ++ch) {
+      const int8_t* w = weights + (size_t)ch * (size_t)in_c;
+      const int32_t* r = records + 4 * ch;
+      uint32_t acc = (uint32_t)r[0];
+      for (int32_t k = 0; k < in_c; ++k) {
+        acc += (uint32_t)((int32_t)x[k] * (int32_t)w[k]);
+      }
+      output[(size_t)px * (size_t)out_c + (size_t)ch] =
+          requantize((int32_t)acc, r[1], r[2], &stage);
+    }
+  }
+#endif
+  return 0;
+}
+
 void mtvg_arm_dsp_counters(mtvg_accel_emit_fn emit) {
   emit(MTVG_ARM_DSP_NAME, "conv2d_calls", conv2d_calls);
   emit(MTVG_ARM_DSP_NAME, "depthwise_conv2d_calls", depthwise_calls);

@@ -129,6 +129,24 @@ int32_t mtvg_arm_dsp_depthwise_helium_s8(
     int32_t input_zero_point, int32_t output_zero_point, int32_t act_min, int32_t act_max,
     int32_t narrow);
 
+/*!
+ * \brief conv2d with a 1x1 kernel, stride 1 and no padding, or dense (its rows as the
+ * pixels), int8, for Helium (Cortex-M55: four pixels by one channel per step, one VMLADAVA
+ * of sixteen products per pixel; plain C elsewhere, with the same results). No scratch.
+ * \param weights TFLite's own [out_c][in_c] int8.
+ * \param records per channel four int32: the model's bias plus (-input_zero_point) times
+ *        the channel's weight sum (wrapping int32), the multiplier, the shift and
+ *        output_zero_point (the written-out loop reads a channel's constants with one
+ *        pointer).
+ * \param pixels out_h * out_w (or the dense layer's rows).
+ * \param narrow 1: the short output stage, as the depthwise kernels' (`narrow` above).
+ */
+int32_t mtvg_arm_dsp_pointwise_helium_s8(const int8_t* input, const int8_t* weights,
+                                         const int32_t* records, int8_t* output,
+                                         int32_t pixels, int32_t in_c, int32_t out_c,
+                                         int32_t output_zero_point, int32_t act_min,
+                                         int32_t act_max, int32_t narrow);
+
 /*! \brief Counters (mtvg/accel.h): calls per operator, scratch size and peak. */
 void mtvg_arm_dsp_counters(mtvg_accel_emit_fn emit);
 
