@@ -1007,6 +1007,27 @@ static int records_ok(const int32_t* records, int32_t channels) {
   return 1;
 }
 
+#if defined(MTVG_ARM_DSP_MVE) && MTVG_ARM_DSP_ASM
+/* The inner products of four rows (%[x0] .. %[x3]) with one channel's weights (%[w]) over
+ * %[n] steps of sixteen input channels, in a low-overhead loop: one load of the weights and
+ * one of each row per step (the pointers moving on), four VMLADAVA into %[a0] .. %[a3]
+ * (even registers: "Te"); q0-q3 and lr are taken. */
+#define HELIUM_DOT4_LOOP                   \
+  "wls lr, %[n], 2f\n"                     \
+  "1:\n"                                   \
+  "vldrb.8 q0, [%[w]], #16\n"              \
+  "vldrb.8 q1, [%[x0]], #16\n"             \
+  "vmladava.s8 %[a0], q1, q0\n"            \
+  "vldrb.8 q2, [%[x1]], #16\n"             \
+  "vmladava.s8 %[a1], q2, q0\n"            \
+  "vldrb.8 q3, [%[x2]], #16\n"             \
+  "vmladava.s8 %[a2], q3, q0\n"            \
+  "vldrb.8 q1, [%[x3]], #16\n"             \
+  "vmladava.s8 %[a3], q1, q0\n"            \
+  "le lr, 1b\n"                            \
+  "2:\n"
+#endif
+
 #ifdef MTVG_ARM_DSP_MVE
 /* Four input rows' (x, x + step, x + 2 step, x + 3 step) inner products with one channel's
  * weights `w`, each starting at `bias`, one lane per row: sixteen input channels per step,
@@ -1017,22 +1038,8 @@ static inline int32x4_t helium_dot4(const int8_t* x, int32_t step, const int8_t*
   const int8_t *x0 = x, *x1 = x + step, *x2 = x1 + step, *x3 = x2 + step;
   const int32_t whole = in_c / 16;
 #if MTVG_ARM_DSP_ASM
-  /* A low-overhead loop: one load of the weights and one of each row per step (the
-   * pointers moving on), four VMLADAVA (their accumulators in even registers: "Te"). */
   __asm__ volatile(
-      "wls lr, %[n], 2f\n"
-      "1:\n"
-      "vldrb.8 q0, [%[w]], #16\n"
-      "vldrb.8 q1, [%[x0]], #16\n"
-      "vmladava.s8 %[a0], q1, q0\n"
-      "vldrb.8 q2, [%[x1]], #16\n"
-      "vmladava.s8 %[a1], q2, q0\n"
-      "vldrb.8 q3, [%[x2]], #16\n"
-      "vmladava.s8 %[a2], q3, q0\n"
-      "vldrb.8 q1, [%[x3]], #16\n"
-      "vmladava.s8 %[a3], q1, q0\n"
-      "le lr, 1b\n"
-      "2:\n"
+      HELIUM_DOT4_LOOP
       : [a0] "+Te"(a0), [a1] "+Te"(a1), [a2] "+Te"(a2), [a3] "+Te"(a3), [x0] "+r"(x0),
         [x1] "+r"(x1), [x2] "+r"(x2), [x3] "+r"(x3), [w] "+r"(w)
       : [n] "r"(whole)
@@ -1084,19 +1091,7 @@ __attribute__((noinline)) static void pointwise_rows4(const int8_t* x, int32_t i
       "mov %[a1], %[a0]\n"
       "mov %[a2], %[a0]\n"
       "mov %[a3], %[a0]\n"
-      "wls lr, %[n], 2f\n"
-      "1:\n"
-      "vldrb.8 q0, [%[w]], #16\n"
-      "vldrb.8 q1, [%[x0]], #16\n"
-      "vmladava.s8 %[a0], q1, q0\n"
-      "vldrb.8 q2, [%[x1]], #16\n"
-      "vmladava.s8 %[a1], q2, q0\n"
-      "vldrb.8 q3, [%[x2]], #16\n"
-      "vmladava.s8 %[a2], q3, q0\n"
-      "vldrb.8 q1, [%[x3]], #16\n"
-      "vmladava.s8 %[a3], q1, q0\n"
-      "le lr, 1b\n"
-      "2:\n"
+      HELIUM_DOT4_LOOP
       "vmov.32 d8[0], %[a0]\n"
       "vmov.32 d8[1], %[a1]\n"
       "vmov.32 d9[0], %[a2]\n"
