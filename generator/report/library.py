@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from generator.boards import Board, load_board
-from generator.elfsize import ElfSection, elf_sections
+from generator.elfsize import ElfSection, elf_sections, elf_symbols
 from generator.errors import InputError, ProjectError
 from generator.report.layers import METADATA, layers_of, module_metadata
 from generator.report.memory import flash_and_ram, regions_of
@@ -40,15 +40,19 @@ def library_report(lib_dir: Path, board_name: str | None):
     record = _record(lib_dir)
     module = record["module"]["name"]
     with tempfile.TemporaryDirectory(prefix="mtvg-library-report-") as tmp:
-        sections = [(obj, section) for obj in _compile(lib_dir, record, board, Path(tmp))
-                    for section in elf_sections(obj)]
+        objects = _compile(lib_dir, record, board, Path(tmp))
+        sections = [(obj, section) for obj in objects for section in elf_sections(obj)]
+        # a function's own bytes, as a firmware's symbols give them (its section may end in
+        # padding to the next function's alignment)
+        functions = {s.name: s.size for obj in objects for s in elf_symbols(obj)
+                     if s.kind == "func"}
     regions = regions_of(board)
     flash, ram = flash_and_ram(regions)
     code: dict[str, int] = {}
     for obj, section in sections:
         if not section.allocated or not section.size:
             continue
-        block = _block(section, obj, module)
+        block = _block(section, obj, module, functions)
         target = ram if section.writable else flash
         target.blocks.append(block)
         if block.category == "kernel-code":
@@ -116,14 +120,15 @@ def _compile(lib_dir: Path, record: dict, board: Board, out: Path) -> list[Path]
     return objects
 
 
-def _block(section: ElfSection, obj: Path, module: str) -> Block:
+def _block(section: ElfSection, obj: Path, module: str, functions: dict[str, int]) -> Block:
     """What one section of an object is, by its name (-ffunction-sections/-fdata-sections)."""
     name, source = section.name, obj.name.split("-", 1)[1]
     prefix = f"tvmgen_{module}_"
     symbol = name.split(".", 2)[-1] if name.count(".") >= 2 else ""
     if name.startswith(".text"):
         if symbol.startswith(prefix) and symbol != f"{prefix}run":
-            return Block(symbol[len(prefix):], "kernel-code", section.size, None, symbol)
+            return Block(symbol[len(prefix):], "kernel-code",
+                         functions.get(symbol, section.size), None, symbol)
         category = "runtime" if source.startswith(("workspace", "framing")) else "model-code"
         return Block("model code" if category == "model-code" else "runtime", category,
                      section.size, None, f"{source} {name}")
