@@ -279,7 +279,8 @@ def _measure_round(task: Task, rounds: list[list], built: list[list], runner, ar
                     task.name, task.workload, candidate_hash(sch.mod), secs, trace,
                     reference))
             proposer.add_parent(trace, min(secs))
-            proposer.learn(trace, reference / min(secs) if reference else None)
+            if reference:  # a speed-up needs the untuned kernel's time
+                proposer.learn(trace, reference / min(secs))
         else:
             proposer.learn(trace, None)
     for schedules, artifacts in zip(rounds, built, strict=True):  # failed to build
