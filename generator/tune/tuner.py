@@ -270,23 +270,22 @@ def _measure_round(task: Task, rounds: list[list], built: list[list], runner, ar
     check_interrupt()
     for (sch, artifact), future in zip(pending, futures, strict=True):
         result = future.result()
+        if not result.run_secs:
+            proposer.learn_failed(sch)
+            continue
         reference = measurer.reference_secs.get(task.name)
         trace = plain(sch.trace.as_json(remove_postproc=True))
-        if result.run_secs:
-            secs = [float(s) for s in result.run_secs]
-            if not artifact.startswith(CACHED):  # a rerun's replay: recorded already
-                append_record(measurer.work_dir, Record(
-                    task.name, task.workload, candidate_hash(sch.mod), secs, trace,
-                    reference))
-            proposer.add_parent(trace, min(secs))
-            if reference:  # a speed-up needs the untuned kernel's time
-                proposer.learn(trace, reference / min(secs))
-        else:
-            proposer.learn(trace, None)
+        secs = [float(s) for s in result.run_secs]
+        if not artifact.startswith(CACHED):  # a rerun's replay: recorded already
+            append_record(measurer.work_dir, Record(
+                task.name, task.workload, candidate_hash(sch.mod), secs, trace, reference))
+        proposer.add_parent(trace, min(secs))
+        if reference:  # a speed-up needs the untuned kernel's time
+            proposer.learn(trace, reference / min(secs))
     for schedules, artifacts in zip(rounds, built, strict=True):  # failed to build
         for sch, artifact in zip(schedules, artifacts, strict=True):
             if isinstance(artifact, Exception):
-                proposer.learn(plain(sch.trace.as_json(remove_postproc=True)), None)
+                proposer.learn_failed(sch)
 
 
 def propose_candidates(task: Task, count: int, seed: int = 0) -> list:
@@ -317,6 +316,11 @@ class _Proposer:
         """A candidate's result for the cost model (speed-up over untuned; None: failed)."""
         if self.model is not None:
             self.model.add(trace_json, speedup)
+
+    def learn_failed(self, sch) -> None:
+        """A candidate that failed (to build, or on the device), for the cost model."""
+        if self.model is not None:
+            self.model.add(plain(sch.trace.as_json(remove_postproc=True)), None)
 
     def add_parent(self, trace_json: list, secs: float) -> None:
         self.parents.append((secs, trace_json))
