@@ -74,10 +74,9 @@ int main(void) {
         ? mtvg_arm_dsp_conv2d_s8(in, w, arr[1], arr[2], arr[3], arr[4], out, s[0], s[1], s[2], s[3],
                                  s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12],
                                  s[13], s[14], s[15], s[16], s[17], s[18], s[19])
-        : mtvg_arm_dsp_depthwise_conv2d_s8(in, w, arr[1], arr[2], arr[3], arr[4], out, s[0], s[1],
-                                           s[2], s[3], s[4], s[6], s[7], s[8], s[9], s[10],
-                                           s[11], s[12], s[13], s[14], s[15], s[16], s[17],
-                                           s[19]);
+        : mtvg_arm_dsp_depthwise_conv2d_s8(in, w, out, s[0], s[1], s[2], s[3], s[4], s[6], s[7],
+                                           s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15],
+                                           s[16], s[17], s[19]);
     mtvg_accel_check(st);
     printf("%ld", (long)st);
     for (long i = 0; i < n; ++i) printf(" %d", out[i]);
@@ -152,14 +151,16 @@ def encode(case: Conv, bits: int, narrow: bool, helium: bool = False) -> str:
     if case.depthwise:
         taps = case.k_hw[0] * case.k_hw[1]
         bias = layout.fold_input_offset(case.w, bias, case.zp_in, taps)
-        packed, count = layout.depthwise_weights(case.w, taps), out_c
+        narrow = narrow and layout.narrow(case.w, bias, case.shift, True)
+        packed, count = layout.depthwise_stream(case.w, bias, case.mult, case.shift,
+                                                case.zp_out, narrow), out_c
         if helium:
             words = np.zeros(-(-case.w.size // 4) * 4, np.int8)
             words[:case.w.size] = case.w.reshape(-1)
             packed = words.view(np.uint32)
     else:
         packed, count = layout.conv_weights(case.w, bits), out_c + out_c % 2
-    narrow = narrow and layout.narrow(case.w, bias, case.shift, case.depthwise)
+        narrow = narrow and layout.narrow(case.w, bias, case.shift, False)
     channels = [layout.pad_channels(a.astype(np.int32), count)
                 for a in (bias, case.mult, case.shift)]
     channels.append(layout.narrow_params(channels[1], channels[2], case.zp_out, narrow))
@@ -227,9 +228,22 @@ def test_layouts_place_each_weight_where_the_header_says():
     halves = layout.conv_weights(w, 16).view(np.int16).reshape(2, 2, 2, 4)
     assert halves[0, 0, 1].tolist() == [5, 7, 6, 8]  # (k0, k2), (k1, k3)
     d = np.arange(3 * 3 * 6, dtype=np.int8).reshape(3, 3, 6)  # 9 taps, 6 channels
-    halves = layout.depthwise_weights(d, 9).view(np.int16).reshape(2, 9, 4)  # group, tap
+    halves = layout.depthwise_weights(d, 9)  # group, tap, halves
     assert halves[0, 4].tolist() == [d[1, 1, 0], d[1, 1, 2], d[1, 1, 1], d[1, 1, 3]]
     assert halves[1, 8].tolist() == [d[2, 2, 4], 0, d[2, 2, 5], 0]  # channels 6, 7: none
+    bias = np.arange(6, dtype=np.int32) - 3
+    mult = np.full(6, 1 << 30, np.int32)
+    shift = np.array([-1, -2, -3, -4, -5, -6], np.int32)
+    for narrow, scale in ((False, 1), (True, 2)):
+        stream = layout.depthwise_stream(d, bias, mult, shift, -5, narrow)
+        groups = stream.view(np.int32).reshape(2, 4 + 2 * 9 + 12)  # 16 + 2 taps words each
+        assert groups[1, :4].tolist() == [scale * 1, scale * 2, 0, 0]  # channels 4, 5, pads
+        tap4 = groups[0, 4 + 2 * 4:4 + 2 * 5].view(np.int16).tolist()
+        assert tap4 == [scale * d[1, 1, i] for i in (0, 2, 1, 3)]
+        records = groups[0, -12:].reshape(4, 3)
+        e = 2  # channel 1's shift -2
+        want = [1 << 30, (1 << (e - 1)) - 5 * (1 << e), e] if narrow else [1 << 30, -2, 0]
+        assert records[1].tolist() == want
 
 
 def test_narrow_bound_takes_bias_weights_and_shifts():
@@ -343,10 +357,9 @@ int main(void) {
             ? mtvg_arm_dsp_conv2d_s8(c->x, c->w, c->b, c->m, c->sh, c->ad, out, s[0], s[1], s[2],
                                      s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11],
                                      s[12], s[13], s[14], s[15], s[16], s[17], s[18], s[19])
-            : mtvg_arm_dsp_depthwise_conv2d_s8(c->x, c->w, c->b, c->m, c->sh, c->ad, out, s[0],
-                                               s[1], s[2], s[3], s[4], s[6], s[7], s[8], s[9],
-                                               s[10], s[11], s[12], s[13], s[14], s[15], s[16],
-                                               s[17], s[19]));
+            : mtvg_arm_dsp_depthwise_conv2d_s8(c->x, c->w, out, s[0], s[1], s[2], s[3], s[4],
+                                               s[6], s[7], s[8], s[9], s[10], s[11], s[12],
+                                               s[13], s[14], s[15], s[16], s[17], s[19]));
     long differ = 0;
     for (long j = 0; j < c->out_len; ++j) {
       differ += out[j] != c->want[j];

@@ -156,20 +156,17 @@ class ArmDsp(Accelerator):
             return self._lower_pointwise(m, op, narrow)
         packed, channels = _constants(op, taps, bits, helium, narrow)
         consts = [packed, *channels.values()]
-        params = [Param("input", op.input_shapes[0], "int8"),
+        params = [Param("input", m.op.input_shapes[0], "int8"),
                   *(Param(n, v.shape, str(v.dtype)) for n, v in
                     zip(("weights", *channels), consts, strict=True)),
-                  Param("output", op.output_shape, "int8")]
+                  Param("output", m.op.output_shape, "int8")]
         geometry = [h, w, c, oh, ow] + ([] if depthwise else [o]) + [
             kh, kw, sh, sw, pt, pl, dh, dw, p["input_zero_point"], p["output_zero_point"],
             p["act_min"], p["act_max"]] + ([int(narrow)] if depthwise else [bits, int(narrow)])
         symbol = ("mtvg_arm_dsp_depthwise_helium_s8" if helium else
                   "mtvg_arm_dsp_depthwise_conv2d_s8" if depthwise else "mtvg_arm_dsp_conv2d_s8")
-        params[0] = Param("input", m.op.input_shapes[0], "int8")
-        params[-1] = Param("output", m.op.output_shape, "int8")
         func = extern_kernel(self.name, symbol, params, [
-            "input", "weights", "bias", "multiplier", "shift", "narrow_params", "output",
-            *geometry])
+            *(param.name for param in params[:-1]), "output", *geometry])
         in_taps = valid_taps(oh, h, kh, sh, pt, dh) * valid_taps(ow, w, kw, sw, pl, dw)
         macs = o * in_taps * (1 if depthwise else c)
         scratch = depthwise_scratch(c, taps) if depthwise else conv_scratch(kh * kw * c, o)
@@ -203,15 +200,17 @@ def _constants(op: QuantizedOp, taps: int, bits: int, helium: bool, narrow: bool
                ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The kernel's weights as the driver reads them, and its per-channel arrays (bias,
     multiplier, shift, the short output stage's records) padded, folded and ordered as
-    mtvg_arm_dsp.h says."""
+    mtvg_arm_dsp.h says (none for the DSP depthwise kernel: its stream holds them)."""
     t, p = op.tensors, op.params
     depthwise = op.kind == "depthwise_conv2d"
     count = op.output_shape[3] + (0 if depthwise else op.output_shape[3] % 2)
     bias = t["bias"]
     if depthwise:
         bias = layout.fold_input_offset(t["weights"], bias, p["input_zero_point"], taps)
-        packed = t["weights"].reshape(taps, -1).astype(np.int8) if helium \
-            else layout.depthwise_weights(t["weights"], taps)
+        if not helium:
+            return layout.depthwise_stream(t["weights"], bias, t["multiplier"], t["shift"],
+                                           p["output_zero_point"], narrow), {}
+        packed = t["weights"].reshape(taps, -1).astype(np.int8)
     else:
         packed = layout.conv_weights(t["weights"], bits)
     channels = {"bias": bias, "multiplier": t["multiplier"], "shift": t["shift"]}

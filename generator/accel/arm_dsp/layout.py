@@ -43,16 +43,37 @@ def conv_weights(weights: np.ndarray, bits: int = 8) -> np.ndarray:
 
 
 def depthwise_weights(weights: np.ndarray, taps: int) -> np.ndarray:
-    """Depthwise weights (k_h, k_w, c): per group of four channels, per tap, the int16 pairs
-    (c0, c2) and (c1, c3)."""
+    """Depthwise weights (k_h, k_w, c) as int16: per group of four channels, per tap, the
+    pairs (c0, c2) and (c1, c3). Shape (groups, taps, 4)."""
     channels = weights.size // taps
     groups = (channels + 3) // 4
     padded = np.zeros((taps, 4 * groups), dtype=np.int16)
     padded[:, :channels] = weights.reshape(taps, channels)
-    laid = padded.reshape(taps, groups, 4).transpose(1, 0, 2)[..., list(HALVES_ORDER)]
-    return _words(laid, "int16")
+    return padded.reshape(taps, groups, 4).transpose(1, 0, 2)[..., list(HALVES_ORDER)]
 
 
+def depthwise_stream(weights: np.ndarray, bias: np.ndarray, multiplier: np.ndarray,
+                     shift: np.ndarray, zero_point: int, narrow_stage: bool) -> np.ndarray:
+    """The depthwise kernel's one array (mtvg_arm_dsp.h): per group of four channels the
+    biases (`bias` with the input offset folded in), the weights' int16 pairs per tap, and
+    per channel the output stage's record, (multiplier, addend, e) for the short stage,
+    (multiplier, shift, 0) otherwise; the short stage's biases and weights doubled."""
+    taps = weights.size // bias.size
+    laid = depthwise_weights(weights, taps).astype(np.int32)
+    groups = laid.shape[0]
+    count = 4 * groups
+    scale = 2 if narrow_stage else 1
+    biases = pad_channels(bias.astype(np.int64), count) * scale
+    if narrow_stage:
+        records = narrow_params(pad_channels(multiplier, count), pad_channels(shift, count),
+                                zero_point, True)[:, :3]
+    else:
+        records = np.stack([pad_channels(multiplier, count), pad_channels(shift, count),
+                            np.zeros(count, np.int64)], axis=1)
+    halves = _words((laid * scale).astype(np.int16), "int16").reshape(groups, 2 * taps)
+    wrapped = (biases % (1 << 32)).astype(np.uint32).reshape(groups, 4)
+    recs = (records.astype(np.int64) % (1 << 32)).astype(np.uint32).reshape(groups, 12)
+    return np.concatenate([wrapped, halves, recs], axis=1).reshape(-1)
 
 
 def narrow(weights: np.ndarray, bias: np.ndarray, shift: np.ndarray, depthwise: bool) -> bool:

@@ -624,19 +624,18 @@ typedef struct {
   int8_t* pad_row;
 } depthwise_frame;
 
-/* Checks a depthwise call's arguments and lays its scratch out (`pointers_ok`: no NULL). */
-static int32_t depthwise_begin(depthwise_frame* f, int pointers_ok, const int32_t* multiplier,
-                               const int32_t* shift, int32_t out_h, int32_t out_w,
-                               int32_t input_zero_point, int32_t output_zero_point,
-                               int32_t act_min, int32_t act_max) {
+/* Checks a depthwise call's arguments and lays its scratch out (`pointers_ok`: no NULL;
+ * `channels_valid`: every channel's output stage constants within their ranges). */
+static int32_t depthwise_begin(depthwise_frame* f, int pointers_ok, int channels_valid,
+                               int32_t out_h, int32_t out_w, int32_t input_zero_point,
+                               int32_t output_zero_point, int32_t act_min, int32_t act_max) {
   ++depthwise_calls;
   const int32_t sizes[] = {f->in_h, f->in_w, f->c, out_h, out_w, f->k_h, f->k_w,
                            f->stride_h, f->stride_w, f->dil_h, f->dil_w};
   const int32_t pads[] = {f->pad_top, f->pad_left};
   if (!pointers_ok || !dims_ok(sizes, sizeof(sizes) / sizeof(sizes[0]), 1) ||
       !dims_ok(pads, 2, 0) || (int64_t)f->k_h * f->k_w > MTVG_ARM_DSP_MAX_TAPS ||
-      !quant_ok(input_zero_point, output_zero_point, act_min, act_max) ||
-      !channels_ok(multiplier, shift, f->c)) {
+      !quant_ok(input_zero_point, output_zero_point, act_min, act_max) || !channels_valid) {
     return fail(MTVG_ARM_DSP_EARGUMENT,
                 "depthwise_conv2d: an argument outside the driver's limits");
   }
@@ -653,79 +652,222 @@ static int32_t depthwise_begin(depthwise_frame* f, int pointers_ok, const int32_
   return 0;
 }
 
-/* Output pixel (oy, ox)'s tap pointers: its input pixel, or the zero point row. A pixel
- * whose window lies inside the input, after one that did, moves every pointer by the
- * stride; others are built tap by tap. `inside` carries whether the last pixel's window
- * lay inside (0 at the start of a row). The frame is read into locals first (the table's
- * stores could alias it). */
-static inline void depthwise_taps(const depthwise_frame* frame, int32_t oy, int32_t ox,
+/* Whether output pixel (oy, ox)'s window lies inside the input. */
+static inline int window_inside(const depthwise_frame* f, int32_t oy, int32_t ox) {
+  const int32_t y0 = oy * f->stride_h - f->pad_top, x0 = ox * f->stride_w - f->pad_left;
+  return y0 >= 0 && y0 + (f->k_h - 1) * f->dil_h < f->in_h && x0 >= 0 &&
+         x0 + (f->k_w - 1) * f->dil_w < f->in_w;
+}
+
+/* Output pixel (oy, ox)'s tap pointers into `table`: its input pixel, or the zero point
+ * row. */
+static void fill_taps(const depthwise_frame* f, int32_t oy, int32_t ox, const int8_t** table) {
+  for (int32_t ky = 0; ky < f->k_h; ++ky) {
+    const int32_t iy = oy * f->stride_h - f->pad_top + ky * f->dil_h;
+    for (int32_t kx = 0; kx < f->k_w; ++kx) {
+      const int32_t ix = ox * f->stride_w - f->pad_left + kx * f->dil_w;
+      *table++ = (iy < 0 || iy >= f->in_h || ix < 0 || ix >= f->in_w)
+                     ? f->pad_row
+                     : f->input + ((size_t)iy * (size_t)f->in_w + (size_t)ix) * (size_t)f->c;
+    }
+  }
+}
+
+/* Output pixel (oy, ox)'s tap pointers in the frame's table. A pixel whose window lies
+ * inside the input, after one that did, moves every pointer by the stride; others are
+ * built tap by tap. `inside` carries whether the last pixel's window lay inside (0 at the
+ * start of a row). */
+static inline void depthwise_taps(const depthwise_frame* f, int32_t oy, int32_t ox,
                                   int* inside) {
-  const depthwise_frame f = *frame;
-  const int32_t y0 = oy * f.stride_h - f.pad_top, x0 = ox * f.stride_w - f.pad_left;
-  const int now = y0 >= 0 && y0 + (f.k_h - 1) * f.dil_h < f.in_h && x0 >= 0 &&
-                  x0 + (f.k_w - 1) * f.dil_w < f.in_w;
+  const int now = window_inside(f, oy, ox);
   const int moved = now && *inside;
   *inside = now;
-  if (moved) {
-    const size_t step = (size_t)f.stride_w * (size_t)f.c;
-    for (int32_t t = 0; t < f.k_h * f.k_w; ++t) {
-      f.tap[t] += step;
-    }
+  if (!moved) {
+    fill_taps(f, oy, ox, f->tap);
     return;
   }
-  const int8_t** tap = f.tap;
-  for (int32_t ky = 0; ky < f.k_h; ++ky) {
-    const int32_t iy = oy * f.stride_h - f.pad_top + ky * f.dil_h;
-    for (int32_t kx = 0; kx < f.k_w; ++kx) {
-      const int32_t ix = ox * f.stride_w - f.pad_left + kx * f.dil_w;
-      *tap++ = (iy < 0 || iy >= f.in_h || ix < 0 || ix >= f.in_w)
-                   ? f.pad_row
-                   : f.input + ((size_t)iy * (size_t)f.in_w + (size_t)ix) * (size_t)f.c;
-    }
+  const size_t step = (size_t)f->stride_w * (size_t)f->c;
+  const int32_t taps = f->k_h * f->k_w;
+  const int8_t** tap = f->tap;
+  for (int32_t t = 0; t < taps; ++t) {
+    tap[t] += step;
   }
 }
 
 /* ---- depthwise_conv2d ------------------------------------------------------------------- */
 
-/* One channel outside the groups of four: lane l of its group reads word l % 2's half
- * l / 2 of each tap. */
-static int32_t tail_dot(const int8_t* const* taps, const uint32_t* w, int32_t count,
-                        int32_t channel, int32_t lane, int32_t acc) {
-  for (int32_t t = 0; t < count; ++t) {
-    const uint32_t word = w[2 * t + (lane & 1)];
-    const uint32_t half = (lane & 2) ? word >> 16 : word & 0xFFFFu;
-    const int32_t weight = (int32_t)(half ^ 0x8000u) - 0x8000;
-    acc = (int32_t)((uint32_t)acc + (uint32_t)(weight * taps[t][channel]));
-  }
-  return acc;
+/* The stream's words per group of four channels (mtvg_arm_dsp.h): the biases, two weight
+ * words per tap, the channels' records. */
+#define DW_RECORD_WORDS 3
+static inline size_t dw_group_words(int32_t taps) {
+  return 4u + 2u * (size_t)taps + 4u * DW_RECORD_WORDS;
 }
 
-/* The `full` whole groups of four channels of one pixel over every tap: `sums` receives
- * each channel's bias plus its products (the bias already holds the input offset times the
- * channel's weight sum, so the inputs are widened as they are and padding taps, reading
- * the zero point, add nothing). Per tap: one load of four inputs, two SXTB16, one LDRD of
- * the weights, four SMLABB/SMLATT. */
-static void depthwise_groups(const int8_t* const* tap, int32_t taps, const uint32_t* w,
-                             int32_t full, const int32_t* bias, int32_t* sums) {
+/* Every channel's record within its stage's ranges: the short stage's e in
+ * [1, 22], the general stage's shift in TFLite's range, multipliers non-negative. */
+static int dw_records_ok(const uint32_t* stream, int32_t taps, int32_t c, int32_t narrow) {
+  const size_t group = dw_group_words(taps);
+  for (int32_t ch = 0; ch < c; ++ch) {
+    const int32_t* r =
+        (const int32_t*)(stream + (size_t)(ch / 4) * group + 4u + 2u * (size_t)taps) +
+        DW_RECORD_WORDS * (ch % 4);
+    const int ok = narrow ? r[2] >= 1 && r[2] <= 22 : r[1] >= SHIFT_LOWEST && r[1] <= SHIFT_HIGHEST;
+    if (r[0] < 0 || !ok) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* The sums of the group of four channels whose stream words start at `s`, at byte `at` of
+ * each tap (the pixel's offset from the tap pointers plus the group's first channel).
+ * `lanes` < 4 for a last group short of four: its bytes are read one by one (the pixel's
+ * channels end there). Per tap: two SXTB16, one LDRD of the weights, four SMLABB/SMLATT. */
+static void dw_group_sums(const int8_t* const* tap, int32_t taps, size_t at, const uint32_t* s,
+                          int32_t lanes, int32_t* sums) {
+  int32_t a0 = (int32_t)s[0], a1 = (int32_t)s[1], a2 = (int32_t)s[2], a3 = (int32_t)s[3];
+  const uint32_t* w = s + 4;
+  for (int32_t t = 0; t < taps; ++t, w += 2) {
+    uint32_t x = 0;
+    if (lanes == 4) {
+      x = load32(tap[t] + at);
+    } else {
+      for (int32_t l = 0; l < lanes; ++l) {
+        x |= (uint32_t)(uint8_t)tap[t][at + (size_t)l] << (8 * l);
+      }
+    }
+    const uint32_t x02 = sxtb16(x), x13 = sxtb16_ror8(x);
+    a0 = smlabb(x02, w[0], a0);
+    a2 = smlatt(x02, w[0], a2);
+    a1 = smlabb(x13, w[1], a1);
+    a3 = smlatt(x13, w[1], a3);
+  }
+  sums[0] = a0;
+  sums[1] = a1;
+  sums[2] = a2;
+  sums[3] = a3;
+}
+
+/* `lanes` sums of one group through their records' output stage (the short stage's sums
+ * are doubled: the stream's weights and biases are). */
+static void dw_group_stage(const int32_t* sums, const int32_t* records, int32_t lanes,
+                           const output_stage* stage, int8_t* out) {
+  for (int32_t l = 0; l < lanes; ++l, records += DW_RECORD_WORDS) {
+    if (stage->narrow) {
+      const int32_t high = smmulr(sums[l], records[0]);
+      out[l] = clamp_int8((high + records[1] + (high >> 31)) >> records[2], stage->act_min,
+                          stage->act_max);
+    } else {
+      out[l] = requantize(sums[l], records[0], records[1], stage);
+    }
+  }
+}
+
 #if MTVG_ARM_DSP_ASM
-  if (taps >= 2 && full > 0) {
-    /* Written out over all groups (the loop's state kept in `state`: fourteen registers are
-     * taken), two taps per inner turn with one LDRD of their pointers. */
-    struct {
-      const int32_t* bias;
-      const int8_t* const* tap;
-      int32_t odd;
-      int32_t* sums;
-      int32_t end;
-    } state = {bias, tap, taps % 2, sums, 4 * full};
-    const int8_t* const* const pairs_end = tap + 2 * (taps / 2);
-    const int8_t* const* tp;
-    const int8_t* p0;
-    const int8_t* p1;
-    int32_t ch = 0;
-    int32_t a0, a1, a2, a3;
-    uint32_t t, w0, w1;
-#define MTVG_ARM_DSP_TAP(x)                          \
+/* What the written-out 3x3 pixel reads: its nine tap pointers (byte offsets 0..32) and the
+ * activation range's bounds in every byte (36, 40). */
+typedef struct {
+  const int8_t* tap[9];
+  uint32_t low4, high4;
+} dw3x3_table;
+
+/* One tap of four channels, its input word in register x: (c0, c2) widened into r8, (c1,
+ * c3) into x, the tap's weight pairs into r4, r5, four multiply-accumulates into r0..r3. */
+#define DW_TAP(x)                    \
+  "sxtb16 r8, " x "\n\t"             \
+  "sxtb16 " x ", " x ", ror #8\n\t"  \
+  "ldrd r4, r5, [r9], #8\n\t"        \
+  "smlabb r0, r8, r4, r0\n\t"        \
+  "smlatt r2, r8, r4, r2\n\t"        \
+  "smlabb r1, " x ", r5, r1\n\t"     \
+  "smlatt r3, " x ", r5, r3\n\t"
+/* Two taps: their pointers (table offset `at`), their input words at the pixel's offset. */
+#define DW_TAP_PAIR(at)              \
+  "ldrd r6, r7, [r11, #" at "]\n\t"  \
+  "ldr r6, [r6, r10]\n\t"            \
+  "ldr r7, [r7, r10]\n\t"            \
+  DW_TAP("r6") DW_TAP("r7")
+/* The short output stage of the doubled sum in register a: the channel's record (multiplier,
+ * addend, e) into r4..r6, SMMULR, the negative fix-up, the rounding shift, saturation. */
+#define DW_STAGE(a)                  \
+  "ldmia r9!, {r4, r5, r6}\n\t"      \
+  "smmulr " a ", " a ", r4\n\t"      \
+  "add r5, r5, " a ", asr #31\n\t"   \
+  "add " a ", " a ", r5\n\t"         \
+  "asr " a ", " a ", r6\n\t"         \
+  "ssat " a ", #8, " a "\n\t"
+/* The four packed bytes in r0 clamped to the activation range, four lanes at once. */
+#define DW_CLAMP                     \
+  "ldrd r1, r2, [r11, #36]\n\t"      \
+  "ssub8 r3, r0, r1\n\t"             \
+  "sel r0, r0, r1\n\t"               \
+  "ssub8 r3, r2, r0\n\t"             \
+  "sel r0, r0, r2\n\t"
+/* Every group of four channels of one pixel: the biases (LDM), nine taps, the stage, four
+ * bytes stored with one STR. r9 the stream, r10 the pixel's offset plus the channel, r11
+ * the table, r12 the output less the pixel's offset, lr where r10 ends. */
+#define DW_PIXEL_3X3(clamp)                                               \
+  "0:\n\t"                                                                \
+  "ldmia r9!, {r0, r1, r2, r3}\n\t"                                       \
+  DW_TAP_PAIR("0") DW_TAP_PAIR("8") DW_TAP_PAIR("16") DW_TAP_PAIR("24")   \
+  "ldr r6, [r11, #32]\n\t"                                                \
+  "ldr r6, [r6, r10]\n\t"                                                 \
+  DW_TAP("r6")                                                            \
+  DW_STAGE("r0") DW_STAGE("r1") DW_STAGE("r2") DW_STAGE("r3")             \
+  "bfi r0, r1, #8, #8\n\t"                                                \
+  "bfi r0, r2, #16, #8\n\t"                                               \
+  "bfi r0, r3, #24, #8\n\t"                                               \
+  clamp                                                                   \
+  "str r0, [r12, r10]\n\t"                                                \
+  "add r10, r10, #4\n\t"                                                  \
+  "cmp r10, lr\n\t"                                                       \
+  "bne 0b\n\t"
+
+/* One pixel of a 3x3 layer under the short stage, channels a multiple of four: each input
+ * byte at table->tap[t] + delta + channel; outputs at out. */
+static void dw_pixel_3x3(const dw3x3_table* table, size_t delta, int32_t c,
+                         const uint32_t* stream, int8_t* out, int clamp) {
+  register const uint32_t* w __asm__("r9") = stream;
+  register size_t at __asm__("r10") = delta;
+  register const dw3x3_table* tb __asm__("r11") = table;
+  register uintptr_t ob __asm__("r12") = (uintptr_t)out - (uintptr_t)delta;
+  register size_t end __asm__("lr") = delta + (size_t)c;
+  if (clamp) {
+    __asm__ volatile(DW_PIXEL_3X3(DW_CLAMP)
+                     : "+r"(w), "+r"(at)
+                     : "r"(tb), "r"(ob), "r"(end)
+                     : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "cc", "memory");
+  } else {
+    __asm__ volatile(DW_PIXEL_3X3("")
+                     : "+r"(w), "+r"(at)
+                     : "r"(tb), "r"(ob), "r"(end)
+                     : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "cc", "memory");
+  }
+}
+#undef DW_PIXEL_3X3
+#undef DW_CLAMP
+#undef DW_STAGE
+#undef DW_TAP_PAIR
+#undef DW_TAP
+
+/* The sums of the first `full` groups of one pixel (any tap count, either stage) into
+ * `sums`: per group two LDRD of the biases, two taps per inner turn with one LDRD of their
+ * pointers, the records skipped. */
+static void dw_groups_asm(const int8_t* const* tap, int32_t taps, size_t at,
+                          const uint32_t* w, int32_t full, int32_t* sums) {
+  struct {
+    const int8_t* const* tap;
+    int32_t odd;
+    int32_t* sums;
+    size_t end;
+  } state = {tap, taps % 2, sums, at + 4u * (size_t)full};
+  const int8_t* const* const pairs_end = tap + 2 * (taps / 2);
+  const int8_t* const* tp;
+  const int8_t* p0;
+  const int8_t* p1;
+  int32_t a0, a1, a2, a3;
+  uint32_t t, w0, w1;
+#define DW_TAP(x)                                    \
   "sxtb16 %[t], %[" x "]\n\t"                        \
   "sxtb16 %[" x "], %[" x "], ror #8\n\t"            \
   "ldrd %[w0], %[w1], [%[w]], #8\n\t"                \
@@ -733,95 +875,121 @@ static void depthwise_groups(const int8_t* const* tap, int32_t taps, const uint3
   "smlatt %[a2], %[t], %[w0], %[a2]\n\t"             \
   "smlabb %[a1], %[" x "], %[w1], %[a1]\n\t"         \
   "smlatt %[a3], %[" x "], %[w1], %[a3]\n\t"
-    __asm__ volatile(
-        "0:\n\t"
-        "ldr %[t], [%[state]]\n\t"
-        "ldrd %[a0], %[a1], [%[t]], #8\n\t"
-        "ldrd %[a2], %[a3], [%[t]], #8\n\t"
-        "str %[t], [%[state]]\n\t"
-        "ldr %[tp], [%[state], #4]\n\t"
-        "1:\n\t"
-        "ldrd %[p0], %[p1], [%[tp]], #8\n\t"
-        "ldr %[p0], [%[p0], %[ch]]\n\t"
-        "ldr %[p1], [%[p1], %[ch]]\n\t"
-        MTVG_ARM_DSP_TAP("p0")
-        MTVG_ARM_DSP_TAP("p1")
-        "cmp %[tp], %[pairs_end]\n\t"
-        "bne 1b\n\t"
-        "ldr %[t], [%[state], #8]\n\t"
-        "cmp %[t], #0\n\t"
-        "beq 2f\n\t"
-        "ldr %[p0], [%[tp]]\n\t"
-        "ldr %[p0], [%[p0], %[ch]]\n\t"
-        MTVG_ARM_DSP_TAP("p0")
-        "2:\n\t"
-        "ldr %[t], [%[state], #12]\n\t"
-        "strd %[a0], %[a1], [%[t]], #8\n\t"
-        "strd %[a2], %[a3], [%[t]], #8\n\t"
-        "str %[t], [%[state], #12]\n\t"
-        "add %[ch], %[ch], #4\n\t"
-        "ldr %[t], [%[state], #16]\n\t"
-        "cmp %[ch], %[t]\n\t"
-        "bne 0b\n\t"
-        : [a0] "=&r"(a0), [a1] "=&r"(a1), [a2] "=&r"(a2), [a3] "=&r"(a3), [tp] "=&r"(tp),
-          [w] "+r"(w), [ch] "+r"(ch), [p0] "=&r"(p0), [p1] "=&r"(p1), [t] "=&r"(t),
-          [w0] "=&r"(w0), [w1] "=&r"(w1)
-        : [pairs_end] "r"(pairs_end), [state] "r"(&state)
-        : "cc", "memory");
-#undef MTVG_ARM_DSP_TAP
-    return;
-  }
-#endif
-  for (int32_t ch = 0; ch < 4 * full; ch += 4) {
-    int32_t a0 = bias[ch], a1 = bias[ch + 1], a2 = bias[ch + 2], a3 = bias[ch + 3];
-    for (int32_t t = 0; t < taps; ++t, w += 2) {
-      const uint32_t x = load32(tap[t] + ch);
-      const uint32_t x02 = sxtb16(x), x13 = sxtb16_ror8(x);
-      a0 = smlabb(x02, w[0], a0);
-      a2 = smlatt(x02, w[0], a2);
-      a1 = smlabb(x13, w[1], a1);
-      a3 = smlatt(x13, w[1], a3);
-    }
-    sums[ch] = a0;
-    sums[ch + 1] = a1;
-    sums[ch + 2] = a2;
-    sums[ch + 3] = a3;
-  }
+  __asm__ volatile(
+      "0:\n\t"
+      "ldrd %[a0], %[a1], [%[w]], #8\n\t"
+      "ldrd %[a2], %[a3], [%[w]], #8\n\t"
+      "ldr %[tp], [%[state]]\n\t"
+      "cmp %[tp], %[pairs_end]\n\t"
+      "beq 3f\n\t"
+      "1:\n\t"
+      "ldrd %[p0], %[p1], [%[tp]], #8\n\t"
+      "ldr %[p0], [%[p0], %[at]]\n\t"
+      "ldr %[p1], [%[p1], %[at]]\n\t"
+      DW_TAP("p0")
+      DW_TAP("p1")
+      "cmp %[tp], %[pairs_end]\n\t"
+      "bne 1b\n\t"
+      "3:\n\t"
+      "ldr %[t], [%[state], #4]\n\t"
+      "cmp %[t], #0\n\t"
+      "beq 2f\n\t"
+      "ldr %[p0], [%[tp]]\n\t"
+      "ldr %[p0], [%[p0], %[at]]\n\t"
+      DW_TAP("p0")
+      "2:\n\t"
+      "add %[w], %[w], #48\n\t"
+      "ldr %[t], [%[state], #8]\n\t"
+      "strd %[a0], %[a1], [%[t]], #8\n\t"
+      "strd %[a2], %[a3], [%[t]], #8\n\t"
+      "str %[t], [%[state], #8]\n\t"
+      "add %[at], %[at], #4\n\t"
+      "ldr %[t], [%[state], #12]\n\t"
+      "cmp %[at], %[t]\n\t"
+      "bne 0b\n\t"
+      : [a0] "=&r"(a0), [a1] "=&r"(a1), [a2] "=&r"(a2), [a3] "=&r"(a3), [tp] "=&r"(tp),
+        [w] "+r"(w), [at] "+r"(at), [p0] "=&r"(p0), [p1] "=&r"(p1), [t] "=&r"(t),
+        [w0] "=&r"(w0), [w1] "=&r"(w1)
+      : [pairs_end] "r"(pairs_end), [state] "r"(&state)
+      : "cc", "memory");
+#undef DW_TAP
 }
+#endif
 
 int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
-    const int8_t* input, const uint32_t* weights, const int32_t* bias,
-    const int32_t* multiplier, const int32_t* shift, const int32_t* narrow_params,
-    int8_t* output, int32_t in_h, int32_t in_w, int32_t c, int32_t out_h, int32_t out_w,
-    int32_t k_h, int32_t k_w, int32_t stride_h, int32_t stride_w, int32_t pad_top,
-    int32_t pad_left, int32_t dilation_h, int32_t dilation_w, int32_t input_zero_point,
-    int32_t output_zero_point, int32_t act_min, int32_t act_max, int32_t narrow) {
+    const int8_t* input, const uint32_t* stream, int8_t* output, int32_t in_h, int32_t in_w,
+    int32_t c, int32_t out_h, int32_t out_w, int32_t k_h, int32_t k_w, int32_t stride_h,
+    int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h,
+    int32_t dilation_w, int32_t input_zero_point, int32_t output_zero_point, int32_t act_min,
+    int32_t act_max, int32_t narrow) {
   depthwise_frame f = {input,    in_h,     in_w,       c,          k_h,  k_w,  stride_h,
                        stride_w, pad_top,  pad_left,   dilation_h, dilation_w, NULL, NULL,
                        NULL};
+  const int pointers_ok = input && stream && output;
+  const int in_range = c >= 1 && c <= MTVG_ARM_DSP_MAX_DIM && k_h >= 1 && k_w >= 1 &&
+                       (int64_t)k_h * k_w <= MTVG_ARM_DSP_MAX_TAPS && (narrow == 0 || narrow == 1);
   const int32_t status = depthwise_begin(
-      &f, input && weights && bias && multiplier && shift && narrow_params && output, multiplier,
-      shift, out_h, out_w, input_zero_point, output_zero_point, act_min, act_max);
+      &f, pointers_ok, in_range && pointers_ok && dw_records_ok(stream, k_h * k_w, c, narrow),
+      out_h, out_w, input_zero_point, output_zero_point, act_min, act_max);
   if (status != 0) {
     return status;
   }
   const int32_t taps = k_h * k_w;
-  int32_t* sums = f.sums;
-  const int8_t* const* tap = f.tap;
+  const size_t group = dw_group_words(taps);
   const output_stage stage = {output_zero_point, act_min, act_max, narrow};
   const int32_t full = c / 4;
+  const size_t step = (size_t)stride_w * (size_t)c;
+#if MTVG_ARM_DSP_ASM
+  dw3x3_table table3;
+  const int written_out = taps == 9 && narrow && c % 4 == 0;
+  const int clamp = act_min != INT8_LOWEST || act_max != INT8_HIGHEST;
+  const int8_t** const tap = written_out ? table3.tap : f.tap;
+  table3.low4 = 0x01010101u * (uint8_t)act_min;
+  table3.high4 = 0x01010101u * (uint8_t)act_max;
+#else
+  const int8_t** const tap = f.tap;
+#endif
   for (int32_t oy = 0; oy < out_h; ++oy) {
-    int inside = 0;
+    int run = 0;
+    size_t delta = 0;
     for (int32_t ox = 0; ox < out_w; ++ox) {
-      depthwise_taps(&f, oy, ox, &inside);
-      int8_t* out = output + ((size_t)oy * (size_t)out_w + (size_t)ox) * (size_t)c;
-      const uint32_t* w = weights;
-      depthwise_groups(tap, taps, w, full, bias, sums);
-      w += (size_t)full * 2u * (size_t)taps;
-      for (int32_t ch = 4 * full; ch < c; ++ch) {
-        sums[ch] = tail_dot(tap, w, taps, ch, ch % 4, bias[ch]);
+      /* Along a run of windows inside the input the tap pointers stay the run's first
+       * pixel's and the pixel's offset `delta` grows by the stride. */
+      const int inside = window_inside(&f, oy, ox);
+      if (inside && run) {
+        delta += step;
+      } else {
+        fill_taps(&f, oy, ox, tap);
+        delta = 0;
       }
-      requantize_row(sums, 2, multiplier, shift, narrow_params, c, &stage, out);
+      run = inside;
+      int8_t* out = output + ((size_t)oy * (size_t)out_w + (size_t)ox) * (size_t)c;
+#if MTVG_ARM_DSP_ASM
+      if (written_out) {
+        dw_pixel_3x3(&table3, delta, c, stream, out, clamp);
+        continue;
+      }
+      if (full > 0) {
+        dw_groups_asm(tap, taps, delta, stream, full, f.sums);
+      }
+#else
+      for (int32_t g = 0; g < full; ++g) {
+        dw_group_sums(tap, taps, delta + 4u * (size_t)g, stream + (size_t)g * group, 4,
+                      f.sums + 4 * g);
+      }
+#endif
+      for (int32_t g = 0; g < full; ++g) {
+        dw_group_stage(f.sums + 4 * g,
+                       (const int32_t*)(stream + (size_t)g * group + 4u + 2u * (size_t)taps),
+                       4, &stage, out + 4 * g);
+      }
+      if (4 * full < c) {
+        const uint32_t* s = stream + (size_t)full * group;
+        int32_t sums[4];
+        dw_group_sums(tap, taps, delta + 4u * (size_t)full, s, c - 4 * full, sums);
+        dw_group_stage(sums, (const int32_t*)(s + 4u + 2u * (size_t)taps), c - 4 * full,
+                       &stage, out + 4 * full);
+      }
     }
   }
   return 0;
@@ -944,9 +1112,11 @@ int32_t mtvg_arm_dsp_depthwise_helium_s8(
   depthwise_frame f = {input,    in_h,     in_w,       c,          k_h,  k_w,  stride_h,
                        stride_w, pad_top,  pad_left,   dilation_h, dilation_w, NULL, NULL,
                        NULL};
+  const int pointers_ok =
+      input && weights && bias && multiplier && shift && narrow_params && output;
   const int32_t status = depthwise_begin(
-      &f, input && weights && bias && multiplier && shift && narrow_params && output, multiplier,
-      shift, out_h, out_w, input_zero_point, output_zero_point, act_min, act_max);
+      &f, pointers_ok, pointers_ok && c >= 1 && c <= MTVG_ARM_DSP_MAX_DIM &&
+      channels_ok(multiplier, shift, c), out_h, out_w, input_zero_point, output_zero_point, act_min, act_max);
   if (status != 0) {
     return status;
   }

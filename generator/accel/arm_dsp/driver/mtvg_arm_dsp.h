@@ -25,16 +25,22 @@
  *       weight_bits 16: o's (k0, k2) and (k1, k3) as int16 pairs (low half first), then
  *                       o + 1's: twice the flash, no widening in the inner loop.
  *     bias, multiplier and shift are padded to the even count too.
- *   depthwise_conv2d (channel multiplier 1): channels padded to C4 = align_4(c). For each
- *     group of four channels (c0..c3), for each tap in (k_h, k_w) order: two words of int16
- *     pairs, (c0, c2) and (c1, c3).
+ *   depthwise_conv2d (channel multiplier 1): a stream of groups of four channels (c0..c3;
+ *     channels padded to C4 = align_4(c) with zeros), 16 + 2 * k_h * k_w words each: the
+ *     four biases (int32, the input offset folded in: see the function), per tap in
+ *     (k_h, k_w) order two words of int16 pairs, (c0, c2) and (c1, c3), then per channel a
+ *     record of three int32: (multiplier, addend, e) for the short output stage, (multiplier,
+ *     shift, 0) for the general one. Under the short stage the biases and weights are
+ *     doubled, so the sums arrive doubled for SMMULR. One pointer walks a pixel's whole
+ *     stream.
  *
  * Output stage: `narrow` 1 when the exporter has shown that every channel's shift lies in
  * [-22, -1] and every accumulator, doubled, fits int32_t; `narrow_params` then holds per
  * channel four int32: the multiplier, 2^(e-1) + output_zero_point * 2^e (e = -shift), e,
  * 0, and the stage is SMMULR of 2 acc and one rounding shift, (h + addend - (h < 0)) >> e,
- * which equals TFLite's rounding divide plus the zero point. `narrow` 0 takes the general
- * form (64-bit product, any shift; `narrow_params` unread but present).
+ * which equals TFLite's rounding divide plus the zero point (the depthwise stream holds the
+ * same three values per channel). `narrow` 0 takes the general form (64-bit product, any
+ * shift; `narrow_params` unread but present).
  *
  * Scratch: one static buffer of MTVG_ARM_DSP_SCRATCH_BYTES serves every call (calls run one
  * after another); the exporter sizes it from the largest need (bytes):
@@ -99,19 +105,18 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
 
 /*!
  * \brief depthwise_conv2d with channel multiplier 1 (out_c == in_c == c), int8 NHWC.
- * \param weights packed as the header says; bias, multiplier, shift: c each,
- *        narrow_params: 4 * c.
- * \param bias the model's bias plus (-input_zero_point) times the sum of the channel's
- *        weights over all taps (wrapping int32): the inputs are widened as they are, and
- *        padding taps read the input zero point.
+ * \param stream weights, biases and output stage records as the header says; each bias the
+ *        model's plus (-input_zero_point) times the sum of the channel's weights over all
+ *        taps (wrapping int32): the inputs are widened as they are, and padding taps read
+ *        the input zero point. 3x3 layers under the short stage with c a multiple of four run
+ *        written out: nine taps and the stage per group of four channels, one store.
  */
 int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
-    const int8_t* input, const uint32_t* weights, const int32_t* bias,
-    const int32_t* multiplier, const int32_t* shift, const int32_t* narrow_params,
-    int8_t* output, int32_t in_h, int32_t in_w, int32_t c, int32_t out_h, int32_t out_w,
-    int32_t k_h, int32_t k_w, int32_t stride_h, int32_t stride_w, int32_t pad_top,
-    int32_t pad_left, int32_t dilation_h, int32_t dilation_w, int32_t input_zero_point,
-    int32_t output_zero_point, int32_t act_min, int32_t act_max, int32_t narrow);
+    const int8_t* input, const uint32_t* stream, int8_t* output, int32_t in_h, int32_t in_w,
+    int32_t c, int32_t out_h, int32_t out_w, int32_t k_h, int32_t k_w, int32_t stride_h,
+    int32_t stride_w, int32_t pad_top, int32_t pad_left, int32_t dilation_h,
+    int32_t dilation_w, int32_t input_zero_point, int32_t output_zero_point, int32_t act_min,
+    int32_t act_max, int32_t narrow);
 
 /*!
  * \brief depthwise_conv2d with channel multiplier 1 for Helium (Cortex-M55: four int32 lanes
