@@ -384,6 +384,23 @@ typedef struct {
   const uint32_t* weights_end;
 } rows_state;
 
+#if MTVG_ARM_DSP_ASM
+/* One group of four k for two pixels by two channels: one LDM of the pixels' words (r8..r11),
+ * two LDRD of the channels' weights, eight SMLAD. */
+#define MTVG_ARM_DSP_GROUP_2X2                       \
+  "ldmia %[xp]!, {r8, r9, r10, r11}\n\t"             \
+  "ldrd %[wa], %[wb], [%[w]], #16\n\t"               \
+  "smlad %[a00], %[x0a], %[wa], %[a00]\n\t"          \
+  "smlad %[a10], %[x1a], %[wa], %[a10]\n\t"          \
+  "smlad %[a00], %[x0b], %[wb], %[a00]\n\t"          \
+  "smlad %[a10], %[x1b], %[wb], %[a10]\n\t"          \
+  "ldrd %[wa], %[wb], [%[w], #-8]\n\t"               \
+  "smlad %[a01], %[x0a], %[wa], %[a01]\n\t"          \
+  "smlad %[a11], %[x1a], %[wa], %[a11]\n\t"          \
+  "smlad %[a01], %[x0b], %[wb], %[a01]\n\t"          \
+  "smlad %[a11], %[x1b], %[wb], %[a11]\n\t"
+#endif
+
 /* Every pair of output channels for two pixels: `sums` receives per pair [pixel 0: o, o + 1,
  * pixel 1: o, o + 1], each the channel's bias plus its dot product with the pixel's widened
  * column (`groups` groups of four k, an even count). */
@@ -406,18 +423,6 @@ static void dot_rows(const uint32_t* x, int32_t groups, const uint32_t* weights,
     register uint32_t x0b __asm__("r9");
     register uint32_t x1a __asm__("r10");
     register uint32_t x1b __asm__("r11");
-#define MTVG_ARM_DSP_GROUP_2X2                       \
-  "ldmia %[xp]!, {r8, r9, r10, r11}\n\t"             \
-  "ldrd %[wa], %[wb], [%[w]], #16\n\t"               \
-  "smlad %[a00], %[x0a], %[wa], %[a00]\n\t"          \
-  "smlad %[a10], %[x1a], %[wa], %[a10]\n\t"          \
-  "smlad %[a00], %[x0b], %[wb], %[a00]\n\t"          \
-  "smlad %[a10], %[x1b], %[wb], %[a10]\n\t"          \
-  "ldrd %[wa], %[wb], [%[w], #-8]\n\t"               \
-  "smlad %[a01], %[x0a], %[wa], %[a01]\n\t"          \
-  "smlad %[a11], %[x1a], %[wa], %[a11]\n\t"          \
-  "smlad %[a01], %[x0b], %[wb], %[a01]\n\t"          \
-  "smlad %[a11], %[x1b], %[wb], %[a11]\n\t"
     __asm__ volatile(
         "0:\n\t"
         "ldr %[x0a], [%[state], #4]\n\t"
@@ -443,7 +448,6 @@ static void dot_rows(const uint32_t* x, int32_t groups, const uint32_t* weights,
           [x1a] "=&r"(x1a), [x1b] "=&r"(x1b), [wa] "=&r"(wa), [wb] "=&r"(wb)
         : [x_end] "r"(x_end), [state] "r"(&state)
         : "cc", "memory");
-#undef MTVG_ARM_DSP_GROUP_2X2
     return;
   }
 #endif
@@ -461,6 +465,113 @@ static void dot_rows(const uint32_t* x, int32_t groups, const uint32_t* weights,
     sums[3] = acc[3];
   }
 }
+
+#if MTVG_ARM_DSP_ASM
+/* What the written-out rows with the output stage keep in memory: rows_state's fields, the
+ * next channel's short-stage record, where each pixel's next two outputs go, the activation
+ * range's bounds in every byte. The assembly reads the fields at offsets 0..32. */
+typedef struct {
+  const uint32_t* x;
+  const int32_t* bias;
+  const int32_t* record;
+  const uint32_t* weights_end;
+  int8_t* out0;
+  int8_t* out1;
+  uint32_t low4, high4;
+} staged_state;
+
+/* The short output stage of the sum in register a, with the channel's record in r8 (the
+ * multiplier), r9 (the addend) and r10 (e); r11 is taken. */
+#define MTVG_ARM_DSP_STAGE(a)                         \
+  "lsl %[" a "], %[" a "], #1\n\t"                    \
+  "smmulr %[" a "], %[" a "], r8\n\t"                 \
+  "add r11, r9, %[" a "], asr #31\n\t"                \
+  "add %[" a "], %[" a "], r11\n\t"                   \
+  "asr %[" a "], %[" a "], r10\n\t"                   \
+  "ssat %[" a "], #8, %[" a "]\n\t"
+/* Two pixels' two bytes (in the low halves of a00 and a10) clamped to the activation
+ * range. */
+#define MTVG_ARM_DSP_CLAMP2                           \
+  "ldrd r8, r9, [%[state], #24]\n\t"                  \
+  "ssub8 r10, %[a00], r8\n\t"                         \
+  "sel %[a00], %[a00], r8\n\t"                        \
+  "ssub8 r10, r9, %[a00]\n\t"                         \
+  "sel %[a00], %[a00], r9\n\t"                        \
+  "ssub8 r10, %[a10], r8\n\t"                         \
+  "sel %[a10], %[a10], r8\n\t"                        \
+  "ssub8 r10, r9, %[a10]\n\t"                         \
+  "sel %[a10], %[a10], r9\n\t"
+/* dot_rows' loop with the short output stage fused: per pair of channels, after the groups,
+ * the four sums through their channels' records, two bytes stored per pixel. */
+#define MTVG_ARM_DSP_ROWS_STAGED(clamp)               \
+  "0:\n\t"                                            \
+  "ldr %[x0a], [%[state], #4]\n\t"                    \
+  "ldrd %[a00], %[a01], [%[x0a]], #8\n\t"             \
+  "str %[x0a], [%[state], #4]\n\t"                    \
+  "mov %[a10], %[a00]\n\t"                            \
+  "mov %[a11], %[a01]\n\t"                            \
+  "ldr %[xp], [%[state]]\n\t"                         \
+  "1:\n\t"                                            \
+  MTVG_ARM_DSP_GROUP_2X2                              \
+  MTVG_ARM_DSP_GROUP_2X2                              \
+  "cmp %[xp], %[x_end]\n\t"                           \
+  "bne 1b\n\t"                                        \
+  "ldr %[xp], [%[state], #8]\n\t"                     \
+  "ldmia %[xp]!, {r8, r9, r10, r11}\n\t"              \
+  MTVG_ARM_DSP_STAGE("a00")                           \
+  MTVG_ARM_DSP_STAGE("a10")                           \
+  "ldmia %[xp]!, {r8, r9, r10, r11}\n\t"              \
+  MTVG_ARM_DSP_STAGE("a01")                           \
+  MTVG_ARM_DSP_STAGE("a11")                           \
+  "str %[xp], [%[state], #8]\n\t"                     \
+  "bfi %[a00], %[a01], #8, #8\n\t"                    \
+  "bfi %[a10], %[a11], #8, #8\n\t"                    \
+  clamp                                               \
+  "ldrd %[wa], %[wb], [%[state], #16]\n\t"            \
+  "strh %[a00], [%[wa]], #2\n\t"                      \
+  "strh %[a10], [%[wb]], #2\n\t"                      \
+  "strd %[wa], %[wb], [%[state], #16]\n\t"            \
+  "ldr %[x0a], [%[state], #12]\n\t"                   \
+  "cmp %[w], %[x0a]\n\t"                              \
+  "bne 0b\n\t"
+
+/* Two pixels' outputs, every channel (an even count, int16 weights, the short stage): as
+ * dot_rows then requantize_row twice, with the stage in the loop and no sums in memory. */
+static void dot_rows_staged(const uint32_t* x, int32_t groups, const uint32_t* weights,
+                            const int32_t* bias, const int32_t* narrow_params, int32_t pairs,
+                            const output_stage* stage, int8_t* out0, int8_t* out1) {
+  staged_state state = {x,    bias, narrow_params, weights + (size_t)pairs * 4u * (size_t)groups,
+                        out0, out1, 0x01010101u * (uint8_t)stage->act_min,
+                        0x01010101u * (uint8_t)stage->act_max};
+  const uint32_t* const x_end = x + 4 * groups;
+  const uint32_t* w = weights;
+  const uint32_t* xp;
+  int32_t a00, a01, a10, a11;
+  uint32_t wa, wb;
+  register uint32_t x0a __asm__("r8");
+  register uint32_t x0b __asm__("r9");
+  register uint32_t x1a __asm__("r10");
+  register uint32_t x1b __asm__("r11");
+  if (stage->act_min == INT8_LOWEST && stage->act_max == INT8_HIGHEST) {
+    __asm__ volatile(MTVG_ARM_DSP_ROWS_STAGED("")
+                     : [a00] "=&r"(a00), [a01] "=&r"(a01), [a10] "=&r"(a10), [a11] "=&r"(a11),
+                       [xp] "=&r"(xp), [w] "+r"(w), [x0a] "=&r"(x0a), [x0b] "=&r"(x0b),
+                       [x1a] "=&r"(x1a), [x1b] "=&r"(x1b), [wa] "=&r"(wa), [wb] "=&r"(wb)
+                     : [x_end] "r"(x_end), [state] "r"(&state)
+                     : "cc", "memory");
+  } else {
+    __asm__ volatile(MTVG_ARM_DSP_ROWS_STAGED(MTVG_ARM_DSP_CLAMP2)
+                     : [a00] "=&r"(a00), [a01] "=&r"(a01), [a10] "=&r"(a10), [a11] "=&r"(a11),
+                       [xp] "=&r"(xp), [w] "+r"(w), [x0a] "=&r"(x0a), [x0b] "=&r"(x0b),
+                       [x1a] "=&r"(x1a), [x1b] "=&r"(x1b), [wa] "=&r"(wa), [wb] "=&r"(wb)
+                     : [x_end] "r"(x_end), [state] "r"(&state)
+                     : "cc", "memory");
+  }
+}
+#undef MTVG_ARM_DSP_ROWS_STAGED
+#undef MTVG_ARM_DSP_CLAMP2
+#undef MTVG_ARM_DSP_STAGE
+#endif
 
 /* One pixel (the first of the widened pair) times every pair of output channels: `sums`
  * receives [o, o + 1] per pair. For the last pixel of an odd count and for dense layers
@@ -581,6 +692,11 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
   const int in_place = k_h == 1 && k_w == 1 && pad_top == 0 && pad_left == 0 && in_c % 8 == 0;
   const uint32_t offset = offset_pair(input_zero_point);
   const int32_t pixels = out_h * out_w;
+#if MTVG_ARM_DSP_ASM
+  /* Pairs of pixels with the output stage in the loop: int16 weights, the short stage, and
+   * an even channel count (each pair of channels stores two bytes a pixel). */
+  const int staged = weight_bits == 16 && narrow && out_c % 2 == 0;
+#endif
   for (int32_t p = 0; p < pixels; p += 2) {
     const int32_t q = p + 1 < pixels ? p + 1 : p;
     const int32_t pix[2] = {p, q};
@@ -597,6 +713,13 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
       }
     }
     widen_pair(col[0], col[1], groups, offset, widened);
+#if MTVG_ARM_DSP_ASM
+    if (staged && q != p) {
+      dot_rows_staged(widened, groups, weights, bias, narrow_params, even_c / 2, &stage,
+                      output + (size_t)p * (size_t)out_c, output + (size_t)q * (size_t)out_c);
+      continue;
+    }
+#endif
     if (q == p) {
       dot_rows_1px(widened, groups, weights, weight_bits, bias, even_c / 2, sums);
       requantize_row(sums, 2, multiplier, shift, narrow_params, out_c, &stage,
