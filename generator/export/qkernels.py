@@ -191,11 +191,12 @@ def _narrow_stage(acc, multiplier, shift, zero_point: int):
     if isinstance(shift, int):
         e = t.const(-shift, i32)
         addend = t.const(zero_point * (1 << -shift) + (1 << (-shift - 1)), i32)
-    else:
-        e = t.const(0, i32) - shift
-        power = t.const(1, i32) << e
-        addend = power * t.const(zero_point, i32) + (power >> t.const(1, i32))
-    return (high + addend + (high >> t.const(31, i32))) >> e
+        return (high + addend + (high >> t.const(31, i32))) >> e
+    # A per-channel shift: the zero point added after the shift (zp · 2^e is a whole multiple
+    # of 2^e, so the floor shift takes it out unchanged), sparing its product per output.
+    e = t.const(0, i32) - shift
+    half = (t.const(1, i32) << e) >> t.const(1, i32)
+    return ((high + (high >> t.const(31, i32)) + half) >> e) + t.const(zero_point, i32)
 
 
 class _Requantizer:
