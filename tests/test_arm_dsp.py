@@ -11,6 +11,7 @@ tests/test_accelerators.py.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -216,6 +217,22 @@ def kws_like_cases(rng) -> list[Conv]:
     ]
 
 
+def written_out_cases(rng) -> list[Conv]:
+    """The shapes the written-out loops take, each with the full int8 range and a clamped
+    one: 3x3 depthwise layers of whole groups of four channels (stride 1 and 2, as
+    MobileNet's), a 1x1 depthwise layer, convolutions of even channel counts over pixel
+    pairs (the output stage in the loop)."""
+    shapes = [
+        dict(depthwise=True, in_hw=(7, 6), in_c=8, k_hw=(3, 3)),
+        dict(depthwise=True, in_hw=(8, 8), in_c=16, k_hw=(3, 3), stride=(2, 2)),
+        dict(depthwise=True, in_hw=(4, 5), in_c=12, k_hw=(1, 1)),
+        dict(depthwise=False, in_hw=(5, 3), in_c=8, k_hw=(1, 1), out_c=16),
+        dict(depthwise=False, in_hw=(6, 6), in_c=3, k_hw=(3, 3), stride=(2, 2), out_c=8),
+    ]
+    return [dataclasses.replace(random_conv(rng, **shape), act=act)
+            for shape in shapes for act in ((-128, 127), (-20, 90))]
+
+
 def test_layouts_place_each_weight_where_the_header_says():
     w = np.arange(3 * 1 * 1 * 5, dtype=np.int8).reshape(3, 1, 1, 5)  # out 3, K 5
     words = layout.conv_weights(w, 8)
@@ -258,8 +275,9 @@ def test_narrow_bound_takes_bias_weights_and_shifts():
 @pytest.mark.parametrize(("bits", "narrow"), [(16, True), (8, True), (16, False)])
 def test_conv2d_bit_exact(harness, bits, narrow):
     rng = np.random.default_rng(11)
-    assert_bit_exact(harness, conv_cases(rng) + [c for c in kws_like_cases(rng)
-                                                 if not c.depthwise], bits, narrow)
+    cases = conv_cases(rng) + [c for c in kws_like_cases(rng) if not c.depthwise]
+    assert_bit_exact(harness, cases + [c for c in written_out_cases(rng) if not c.depthwise],
+                     bits, narrow)
 
 
 @pytest.mark.parametrize(("narrow", "helium"), [(True, False), (False, False), (True, True),
@@ -268,7 +286,8 @@ def test_depthwise_conv2d_bit_exact(harness, narrow, helium):
     rng = np.random.default_rng(12)
     cases = [c for c in depthwise_cases(rng) if c.out_c == c.x.shape[2]]
     assert len(cases) >= 10
-    assert_bit_exact(harness, cases + [c for c in kws_like_cases(rng) if c.depthwise], 16,
+    cases += [c for c in kws_like_cases(rng) if c.depthwise]
+    assert_bit_exact(harness, cases + [c for c in written_out_cases(rng) if c.depthwise], 16,
                      narrow, helium)
 
 
@@ -319,8 +338,12 @@ def test_driver_cross_compiles_with_dsp_instructions(tmp_path, cpu):
         dumps[name] = subprocess.run(["arm-none-eabi-objdump", "-d", str(obj)],
                                      capture_output=True, text=True, check=True).stdout
     written_out = "{r8, r9, sl, fp}"  # the convolution loop's LDM of a group's pixel words
-    assert all(i in dumps["O2"] for i in ("smlad", "sxtab16", "sxtb16", written_out))
+    # the 3x3 depthwise loop's LDM of a channel's output stage record; the byte-lane clamp
+    depthwise_3x3, clamp = "r9!, {r4, r5, r6}", "ssub8"
+    assert all(i in dumps["O2"] for i in ("smlad", "sxtab16", "sxtb16", written_out,
+                                          depthwise_3x3, clamp))
     assert written_out not in dumps["portable"] and "smlad" in dumps["portable"]
+    assert depthwise_3x3 not in dumps["portable"] and clamp not in dumps["portable"]
 
 
 # ---- the written-out DSP loops, run in QEMU ------------------------------------------------
@@ -428,9 +451,12 @@ def test_kernels_bit_exact_in_qemu(tmp_path, board_name):
         random_conv(rng, False, in_hw=(1, 3), in_c=64, k_hw=(1, 1), out_c=12)]
     dws = [c for c in depthwise_cases(rng) if c.out_c == c.x.shape[2]] + \
         [c for c in kws_like_cases(rng) if c.depthwise]
+    written = written_out_cases(rng)
+    convs += [c for c in written if not c.depthwise]
+    dws += [c for c in written if c.depthwise]
     cases = [(c, 16, True, False) for c in convs] + [(c, 8, True, False) for c in convs[:12]] + \
         [(c, 16, False, False) for c in convs[:12]] + [(c, 16, True, False) for c in dws] + \
-        [(c, 16, False, False) for c in dws[:6]]
+        [(c, 16, False, False) for c in dws[:6] + written]
     if "mve" in board.features:
         cases += [(c, 16, True, True) for c in dws] + [(c, 16, False, True) for c in dws[:6]]
         ones = pointwise_cases(rng)
