@@ -5,9 +5,12 @@ out in inline assembly (driver/mtvg_arm_dsp.c; driver/mtvg_arm_dsp.h is the layo
 Export re-lays the weights out for the kernels (layout.py): a convolution widens two
 pixels' columns to 16 bits once (the input offset added in the same instruction) and runs
 two pixels by two output channels per four LDRD and eight SMLAD; a depthwise convolution
-does two taps of four channels per step (SMLABB/SMLATT), with the input offset folded into
-its bias. On Helium cores (`core=mve`, which the board sets) the plugin takes only depthwise
-layers of 16 or more channels, with a Helium kernel. Outputs are byte-equal with TFLite
+reads one stream per group of four channels (biases with the input offset folded in, int16
+weight pairs per tap, output stage records) and does a tap of four channels per SMLABB/SMLATT
+quartet. Under the short output stage both run it inside their written-out loops. On
+Helium cores (`core=mve`, which the board sets) the plugin takes depthwise layers of 16 or
+more channels and 1x1 convolutions / dense layers of four or more pixels or rows, with
+Helium kernels. Outputs are byte-equal with TFLite
 Micro's reference kernels. The host builds the same C with portable versions of the
 instructions (the tests); `export --board B` picks the plugin by default on DSP boards,
 ahead of CMSIS-NN (benchmarks/cores.py measures both).

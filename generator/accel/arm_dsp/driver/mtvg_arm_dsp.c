@@ -399,6 +399,39 @@ typedef struct {
   "smlad %[a11], %[x1a], %[wa], %[a11]\n\t"          \
   "smlad %[a01], %[x0b], %[wb], %[a01]\n\t"          \
   "smlad %[a11], %[x1b], %[wb], %[a11]\n\t"
+/* A pair of channels' sums for two pixels: the biases (the state's field at offset 4, a
+ * pointer moved on by two), then every group of four k, two per loop turn. */
+#define MTVG_ARM_DSP_PAIR_SUMS                        \
+  "0:\n\t"                                            \
+  "ldr %[x0a], [%[state], #4]\n\t"                    \
+  "ldrd %[a00], %[a01], [%[x0a]], #8\n\t"             \
+  "str %[x0a], [%[state], #4]\n\t"                    \
+  "mov %[a10], %[a00]\n\t"                            \
+  "mov %[a11], %[a01]\n\t"                            \
+  "ldr %[xp], [%[state]]\n\t"                         \
+  "1:\n\t"                                            \
+  MTVG_ARM_DSP_GROUP_2X2                              \
+  MTVG_ARM_DSP_GROUP_2X2                              \
+  "cmp %[xp], %[x_end]\n\t"                           \
+  "bne 1b\n\t"
+/* What those loops take: the locals (the four pixel words of a group in ascending
+ * registers, so one LDM loads them) and the asm operands naming them. */
+#define MTVG_ARM_DSP_ROWS_LOCALS(x, weights, groups) \
+  const uint32_t* const x_end = (x) + 4 * (groups);  \
+  const uint32_t* w = (weights);                     \
+  const uint32_t* xp;                                \
+  int32_t a00, a01, a10, a11;                        \
+  uint32_t wa, wb;                                   \
+  register uint32_t x0a __asm__("r8");               \
+  register uint32_t x0b __asm__("r9");               \
+  register uint32_t x1a __asm__("r10");              \
+  register uint32_t x1b __asm__("r11")
+#define MTVG_ARM_DSP_ROWS_OPERANDS                                                        \
+  [a00] "=&r"(a00), [a01] "=&r"(a01), [a10] "=&r"(a10), [a11] "=&r"(a11), [xp] "=&r"(xp), \
+      [w] "+r"(w), [x0a] "=&r"(x0a), [x0b] "=&r"(x0b), [x1a] "=&r"(x1a), [x1b] "=&r"(x1b), \
+      [wa] "=&r"(wa), [wb] "=&r"(wb)                                                      \
+      : [x_end] "r"(x_end), [state] "r"(&state)                                           \
+      : "cc", "memory"
 #endif
 
 /* Every pair of output channels for two pixels: `sums` receives per pair [pixel 0: o, o + 1,
@@ -413,29 +446,9 @@ static void dot_rows(const uint32_t* x, int32_t groups, const uint32_t* weights,
      * the bias loads, the sums' stores and the loop's state (kept in `state`, since the
      * inner loop takes fourteen registers). */
     rows_state state = {x, bias, sums, weights + (size_t)pairs * 4u * (size_t)groups};
-    const uint32_t* const x_end = x + 4 * groups;
-    const uint32_t* w = weights;
-    const uint32_t* xp;
-    int32_t a00, a01, a10, a11;
-    uint32_t wa, wb;
-    /* The four pixel words of a group in ascending registers: one LDM loads them. */
-    register uint32_t x0a __asm__("r8");
-    register uint32_t x0b __asm__("r9");
-    register uint32_t x1a __asm__("r10");
-    register uint32_t x1b __asm__("r11");
+    MTVG_ARM_DSP_ROWS_LOCALS(x, weights, groups);
     __asm__ volatile(
-        "0:\n\t"
-        "ldr %[x0a], [%[state], #4]\n\t"
-        "ldrd %[a00], %[a01], [%[x0a]], #8\n\t"
-        "str %[x0a], [%[state], #4]\n\t"
-        "mov %[a10], %[a00]\n\t"
-        "mov %[a11], %[a01]\n\t"
-        "ldr %[xp], [%[state]]\n\t"
-        "1:\n\t"
-        MTVG_ARM_DSP_GROUP_2X2
-        MTVG_ARM_DSP_GROUP_2X2
-        "cmp %[xp], %[x_end]\n\t"
-        "bne 1b\n\t"
+        MTVG_ARM_DSP_PAIR_SUMS
         "ldr %[x0a], [%[state], #8]\n\t"
         "strd %[a00], %[a01], [%[x0a]], #8\n\t"
         "strd %[a10], %[a11], [%[x0a]], #8\n\t"
@@ -443,11 +456,7 @@ static void dot_rows(const uint32_t* x, int32_t groups, const uint32_t* weights,
         "ldr %[x0a], [%[state], #12]\n\t"
         "cmp %[w], %[x0a]\n\t"
         "bne 0b\n\t"
-        : [a00] "=&r"(a00), [a01] "=&r"(a01), [a10] "=&r"(a10), [a11] "=&r"(a11),
-          [xp] "=&r"(xp), [w] "+r"(w), [x0a] "=&r"(x0a), [x0b] "=&r"(x0b),
-          [x1a] "=&r"(x1a), [x1b] "=&r"(x1b), [wa] "=&r"(wa), [wb] "=&r"(wb)
-        : [x_end] "r"(x_end), [state] "r"(&state)
-        : "cc", "memory");
+        : MTVG_ARM_DSP_ROWS_OPERANDS);
     return;
   }
 #endif
@@ -504,18 +513,7 @@ typedef struct {
 /* dot_rows' loop with the short output stage fused: per pair of channels, after the groups,
  * the four sums through their channels' records, two bytes stored per pixel. */
 #define MTVG_ARM_DSP_ROWS_STAGED(clamp)               \
-  "0:\n\t"                                            \
-  "ldr %[x0a], [%[state], #4]\n\t"                    \
-  "ldrd %[a00], %[a01], [%[x0a]], #8\n\t"             \
-  "str %[x0a], [%[state], #4]\n\t"                    \
-  "mov %[a10], %[a00]\n\t"                            \
-  "mov %[a11], %[a01]\n\t"                            \
-  "ldr %[xp], [%[state]]\n\t"                         \
-  "1:\n\t"                                            \
-  MTVG_ARM_DSP_GROUP_2X2                              \
-  MTVG_ARM_DSP_GROUP_2X2                              \
-  "cmp %[xp], %[x_end]\n\t"                           \
-  "bne 1b\n\t"                                        \
+  MTVG_ARM_DSP_PAIR_SUMS                              \
   "ldr %[xp], [%[state], #8]\n\t"                     \
   "ldmia %[xp]!, {r8, r9, r10, r11}\n\t"              \
   MTVG_ARM_DSP_STAGE("a00")                           \
@@ -543,29 +541,11 @@ static void dot_rows_staged(const uint32_t* x, int32_t groups, const uint32_t* w
   staged_state state = {x,    bias, narrow_params, weights + (size_t)pairs * 4u * (size_t)groups,
                         out0, out1, 0x01010101u * (uint8_t)stage->act_min,
                         0x01010101u * (uint8_t)stage->act_max};
-  const uint32_t* const x_end = x + 4 * groups;
-  const uint32_t* w = weights;
-  const uint32_t* xp;
-  int32_t a00, a01, a10, a11;
-  uint32_t wa, wb;
-  register uint32_t x0a __asm__("r8");
-  register uint32_t x0b __asm__("r9");
-  register uint32_t x1a __asm__("r10");
-  register uint32_t x1b __asm__("r11");
+  MTVG_ARM_DSP_ROWS_LOCALS(x, weights, groups);
   if (stage->act_min == INT8_LOWEST && stage->act_max == INT8_HIGHEST) {
-    __asm__ volatile(MTVG_ARM_DSP_ROWS_STAGED("")
-                     : [a00] "=&r"(a00), [a01] "=&r"(a01), [a10] "=&r"(a10), [a11] "=&r"(a11),
-                       [xp] "=&r"(xp), [w] "+r"(w), [x0a] "=&r"(x0a), [x0b] "=&r"(x0b),
-                       [x1a] "=&r"(x1a), [x1b] "=&r"(x1b), [wa] "=&r"(wa), [wb] "=&r"(wb)
-                     : [x_end] "r"(x_end), [state] "r"(&state)
-                     : "cc", "memory");
+    __asm__ volatile(MTVG_ARM_DSP_ROWS_STAGED("") : MTVG_ARM_DSP_ROWS_OPERANDS);
   } else {
-    __asm__ volatile(MTVG_ARM_DSP_ROWS_STAGED(MTVG_ARM_DSP_CLAMP2)
-                     : [a00] "=&r"(a00), [a01] "=&r"(a01), [a10] "=&r"(a10), [a11] "=&r"(a11),
-                       [xp] "=&r"(xp), [w] "+r"(w), [x0a] "=&r"(x0a), [x0b] "=&r"(x0b),
-                       [x1a] "=&r"(x1a), [x1b] "=&r"(x1b), [wa] "=&r"(wa), [wb] "=&r"(wb)
-                     : [x_end] "r"(x_end), [state] "r"(&state)
-                     : "cc", "memory");
+    __asm__ volatile(MTVG_ARM_DSP_ROWS_STAGED(MTVG_ARM_DSP_CLAMP2) : MTVG_ARM_DSP_ROWS_OPERANDS);
   }
 }
 #undef MTVG_ARM_DSP_ROWS_STAGED
