@@ -209,6 +209,11 @@ static int32_t take_scratch(uint32_t need) {
   return 0;
 }
 
+/* v in [lowest, MTVG_ARM_DSP_MAX_DIM]: one compare, no branch (calls check many). */
+static inline int within_dim(int32_t v, int32_t lowest) {
+  return (uint32_t)v - (uint32_t)lowest <= (uint32_t)(MTVG_ARM_DSP_MAX_DIM - lowest);
+}
+
 static int dims_ok(const int32_t* dims, size_t n, int32_t lowest) {
   for (size_t i = 0; i < n; ++i) {
     if (dims[i] < lowest || dims[i] > MTVG_ARM_DSP_MAX_DIM) {
@@ -639,13 +644,14 @@ int32_t mtvg_arm_dsp_conv2d_s8(const int8_t* input, const uint32_t* weights,
                                int32_t output_zero_point, int32_t act_min, int32_t act_max,
                                int32_t weight_bits, int32_t narrow) {
   ++conv2d_calls;
-  const int32_t sizes[] = {in_h, in_w, in_c, out_h, out_w, out_c, k_h, k_w,
-                           stride_h, stride_w, dilation_h, dilation_w};
-  const int32_t pads[] = {pad_top, pad_left};
+  const int dims = within_dim(in_h, 1) & within_dim(in_w, 1) & within_dim(in_c, 1) &
+                   within_dim(out_h, 1) & within_dim(out_w, 1) & within_dim(out_c, 1) &
+                   within_dim(k_h, 1) & within_dim(k_w, 1) & within_dim(stride_h, 1) &
+                   within_dim(stride_w, 1) & within_dim(dilation_h, 1) &
+                   within_dim(dilation_w, 1) & within_dim(pad_top, 0) & within_dim(pad_left, 0);
   if (input == NULL || weights == NULL || bias == NULL || multiplier == NULL || shift == NULL ||
-      narrow_params == NULL ||
-      output == NULL || !dims_ok(sizes, sizeof(sizes) / sizeof(sizes[0]), 1) ||
-      !dims_ok(pads, 2, 0) || (weight_bits != 8 && weight_bits != 16) ||
+      narrow_params == NULL || output == NULL || !dims ||
+      (weight_bits != 8 && weight_bits != 16) ||
       !quant_ok(input_zero_point, output_zero_point, act_min, act_max) ||
       !channels_ok(multiplier, shift, out_c)) {
     return fail(MTVG_ARM_DSP_EARGUMENT, "conv2d: an argument outside the driver's limits");
