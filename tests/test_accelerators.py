@@ -463,3 +463,19 @@ def test_dsp_default_runs_a_one_channel_depthwise_as_our_convolution(tmp_path, m
     report = run_on(tmp_path / "m4.tar", "qemu-mps2-an386", [{name: x} for x in xs], tmp_path)
     got = [next(iter(o.values())).tobytes() for o in report.outputs]
     assert got == [w.tobytes() for w in tflm_outputs(model, xs)]
+
+
+def test_archive_for_another_driver_interface_is_refused(tmp_path, capsys):
+    """An archive records the driver interface (Accelerator.abi) its calls were made for;
+    a project with another driver would call it with the wrong arguments."""
+    export(MNIST / "mnist-8.onnx", tmp_path / "m.tar", "--target", "vanilla,c")
+    meta = json.loads(_member(tmp_path / "m.tar", "metadata.json"))
+    entry = meta["modules"]["default"]["accelerators"][0]
+    assert entry["abi"] == registry.find("vanilla").abi
+    entry["abi"] = entry["abi"] + 1
+    _rewrite_member(tmp_path / "m.tar", "metadata.json", json.dumps(meta).encode())
+    assert main(["generate", str(tmp_path / "m.tar"), "--board", "host",
+                 "-o", str(tmp_path / "p")]) == 2
+    err = errors(capsys.readouterr().err)
+    assert len(err) == 1 and "driver interface 2, this microtvm-gen's is 1" in err[0]
+    assert not (tmp_path / "p").exists()

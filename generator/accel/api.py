@@ -149,6 +149,10 @@ class Accelerator:
     # `export --board B` without --target picks the plugin on boards with any of these
     # features, when `ready()` says it can be used with its default options.
     default_on: tuple[str, ...] = ()
+    # The driver's call interface as the exported code uses it (the functions' arguments
+    # and the constants' layouts). Raise it when they change: an archive records the
+    # version it was exported for, and `generate` refuses another.
+    abi: int = 1
 
     def configure(self, options: dict[str, Any]) -> None:
         """Check option values together (types are already checked); raise

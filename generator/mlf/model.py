@@ -131,6 +131,7 @@ class AcceleratorUse:
     operators: int
     macs: int
     scratch_bytes: int = 0
+    abi: int = 1  # the driver interface it was exported for (Accelerator.abi)
 
 
 @dataclass(frozen=True)

@@ -347,8 +347,12 @@ def _v8_accelerators(info: dict, where: str) -> list[AcceleratorUse]:
                 or not 0 <= scratch < 2**31:
             raise MlfError(f"{where}: accelerator '{entry['name']}' scratch_bytes is not a "
                            "size")
+        abi = entry.get("abi", 1)
+        if not isinstance(abi, int) or isinstance(abi, bool) or not 1 <= abi < 2**31:
+            raise MlfError(f"{where}: accelerator '{entry['name']}' abi is not a positive "
+                           "integer")
         out.append(AcceleratorUse(entry["name"], dict(options), len(ops),
-                                  sum(o.get("macs", 0) for o in ops), scratch))
+                                  sum(o.get("macs", 0) for o in ops), scratch, abi))
     if len({a.name for a in out}) != len(out):
         raise MlfError(f"{where}: an accelerator is listed twice")
     return out

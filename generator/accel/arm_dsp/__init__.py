@@ -73,6 +73,8 @@ class ArmDsp(Accelerator):
                "others); export --board sets it", choices=("dsp", "mve")),
     )
     default_on = ("dsp",)
+    # 2: the DSP depthwise kernel takes one stream (weights, biases, output stage records)
+    abi = 2
 
     def board_options(self, board):
         return {"core": "mve"} if "mve" in board.features else {}
