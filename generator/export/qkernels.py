@@ -311,7 +311,12 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
                 * w_at(c, rh, rw, rc), axis=[rh, rw, rc]),
             name="acc")
     rq = _Requantizer(requant, cout)
-    out = te.compute(out_shape, lambda n, i, j, c: rq(acc[n, i, j, c] + b[c], c), name="out")
+    # The sum and the bias added in int32 (no overflow: the exporter's bound), kept so:
+    # as a plain add, TVM's simplifier widens it to a 64-bit add under the stage's int64
+    # multiply (a 64 × 64-bit product per output in C). tirx.reinterpret of int32 as int32
+    # prints as nothing.
+    out = te.compute(out_shape, lambda n, i, j, c: rq(
+        tirx.call_intrin("int32", "tirx.reinterpret", acc[n, i, j, c] + b[c]), c), name="out")
     return Kernel(_func([x, w, b, *rq.placeholders, out]),
                   [weights.astype(np.int8), bias.astype(np.int32), *requant.constants()])
 
