@@ -209,6 +209,9 @@ static int32_t take_scratch(uint32_t need) {
   return 0;
 }
 
+/* An int8 value in every byte of a word (the activation bounds the SIMD clamps read). */
+static inline uint32_t byte_lanes(int32_t v) { return 0x01010101u * (uint8_t)v; }
+
 /* v in [lowest, MTVG_ARM_DSP_MAX_DIM]: one compare, no branch (calls check many). */
 static inline int within_dim(int32_t v, int32_t lowest) {
   return (uint32_t)v - (uint32_t)lowest <= (uint32_t)(MTVG_ARM_DSP_MAX_DIM - lowest);
@@ -481,6 +484,37 @@ static void dot_rows(const uint32_t* x, int32_t groups, const uint32_t* weights,
 }
 
 #if MTVG_ARM_DSP_ASM
+/* Pieces the written-out loops share, their registers named by the caller (plain names or
+ * %[operand]s). The short output stage of a sum already doubled, in register a: SMMULR by
+ * the multiplier m, the negative fix-up through tmp, the rounding shift by e (the addend
+ * holds 2^(e-1) + zero_point * 2^e), saturation to int8. */
+#define MTVG_ARM_DSP_SHORT_STAGE(a, m, addend, e, tmp) \
+  "smmulr " a ", " a ", " m "\n\t"                      \
+  "add " tmp ", " addend ", " a ", asr #31\n\t"         \
+  "add " a ", " a ", " tmp "\n\t"                       \
+  "asr " a ", " a ", " e "\n\t"                         \
+  "ssat " a ", #8, " a "\n\t"
+/* The bytes of v clamped lane by lane to those of lo and hi (t taken: SSUB8 sets the lanes'
+ * GE flags, SEL picks by them). */
+#define MTVG_ARM_DSP_CLAMP_BYTES(v, lo, hi, t) \
+  "ssub8 " t ", " v ", " lo "\n\t"              \
+  "sel " v ", " v ", " lo "\n\t"                \
+  "ssub8 " t ", " hi ", " v "\n\t"              \
+  "sel " v ", " v ", " hi "\n\t"
+/* One depthwise tap of four channels, its input word in x: (c0, c2) widened into t, (c1, c3)
+ * into x, the tap's two weight words loaded from w (moved on), four multiply-accumulates
+ * into a0..a3. */
+#define MTVG_ARM_DSP_DW_TAP(x, t, w0, w1, w, a0, a1, a2, a3) \
+  "sxtb16 " t ", " x "\n\t"                                   \
+  "sxtb16 " x ", " x ", ror #8\n\t"                           \
+  "ldrd " w0 ", " w1 ", [" w "], #8\n\t"                      \
+  "smlabb " a0 ", " t ", " w0 ", " a0 "\n\t"                  \
+  "smlatt " a2 ", " t ", " w0 ", " a2 "\n\t"                  \
+  "smlabb " a1 ", " x ", " w1 ", " a1 "\n\t"                  \
+  "smlatt " a3 ", " x ", " w1 ", " a3 "\n\t"
+#endif
+
+#if MTVG_ARM_DSP_ASM
 /* What the written-out rows with the output stage keep in memory: rows_state's fields, the
  * next channel's short-stage record, where each pixel's next two outputs go, the activation
  * range's bounds in every byte. The assembly reads the fields at offsets 0..32. */
@@ -494,27 +528,17 @@ typedef struct {
   uint32_t low4, high4;
 } staged_state;
 
-/* The short output stage of the sum in register a, with the channel's record in r8 (the
- * multiplier), r9 (the addend) and r10 (e); r11 is taken. */
-#define MTVG_ARM_DSP_STAGE(a)                         \
-  "lsl %[" a "], %[" a "], #1\n\t"                    \
-  "smmulr %[" a "], %[" a "], r8\n\t"                 \
-  "add r11, r9, %[" a "], asr #31\n\t"                \
-  "add %[" a "], %[" a "], r11\n\t"                   \
-  "asr %[" a "], %[" a "], r10\n\t"                   \
-  "ssat %[" a "], #8, %[" a "]\n\t"
+/* The short output stage of the sum in operand a (doubled first), with the channel's record
+ * in r8 (the multiplier), r9 (the addend) and r10 (e); r11 is taken. */
+#define MTVG_ARM_DSP_STAGE(a)      \
+  "lsl %[" a "], %[" a "], #1\n\t" \
+  MTVG_ARM_DSP_SHORT_STAGE("%[" a "]", "r8", "r9", "r10", "r11")
 /* Two pixels' two bytes (in the low halves of a00 and a10) clamped to the activation
  * range. */
-#define MTVG_ARM_DSP_CLAMP2                           \
-  "ldrd r8, r9, [%[state], #24]\n\t"                  \
-  "ssub8 r10, %[a00], r8\n\t"                         \
-  "sel %[a00], %[a00], r8\n\t"                        \
-  "ssub8 r10, r9, %[a00]\n\t"                         \
-  "sel %[a00], %[a00], r9\n\t"                        \
-  "ssub8 r10, %[a10], r8\n\t"                         \
-  "sel %[a10], %[a10], r8\n\t"                        \
-  "ssub8 r10, r9, %[a10]\n\t"                         \
-  "sel %[a10], %[a10], r9\n\t"
+#define MTVG_ARM_DSP_CLAMP2                                   \
+  "ldrd r8, r9, [%[state], #24]\n\t"                          \
+  MTVG_ARM_DSP_CLAMP_BYTES("%[a00]", "r8", "r9", "r10")       \
+  MTVG_ARM_DSP_CLAMP_BYTES("%[a10]", "r8", "r9", "r10")
 /* dot_rows' loop with the short output stage fused: per pair of channels, after the groups,
  * the four sums through their channels' records, two bytes stored per pixel. */
 #define MTVG_ARM_DSP_ROWS_STAGED(clamp)               \
@@ -544,8 +568,7 @@ static void dot_rows_staged(const uint32_t* x, int32_t groups, const uint32_t* w
                             const int32_t* bias, const int32_t* narrow_params, int32_t pairs,
                             const output_stage* stage, int8_t* out0, int8_t* out1) {
   staged_state state = {x,    bias, narrow_params, weights + (size_t)pairs * 4u * (size_t)groups,
-                        out0, out1, 0x01010101u * (uint8_t)stage->act_min,
-                        0x01010101u * (uint8_t)stage->act_max};
+                        out0, out1, byte_lanes(stage->act_min), byte_lanes(stage->act_max)};
   MTVG_ARM_DSP_ROWS_LOCALS(x, weights, groups);
   if (stage->act_min == INT8_LOWEST && stage->act_max == INT8_HIGHEST) {
     __asm__ volatile(MTVG_ARM_DSP_ROWS_STAGED("") : MTVG_ARM_DSP_ROWS_OPERANDS);
@@ -890,14 +913,7 @@ typedef struct {
 
 /* One tap of four channels, its input word in register x: (c0, c2) widened into r8, (c1,
  * c3) into x, the tap's weight pairs into r4, r5, four multiply-accumulates into r0..r3. */
-#define DW_TAP(x)                    \
-  "sxtb16 r8, " x "\n\t"             \
-  "sxtb16 " x ", " x ", ror #8\n\t"  \
-  "ldrd r4, r5, [r9], #8\n\t"        \
-  "smlabb r0, r8, r4, r0\n\t"        \
-  "smlatt r2, r8, r4, r2\n\t"        \
-  "smlabb r1, " x ", r5, r1\n\t"     \
-  "smlatt r3, " x ", r5, r3\n\t"
+#define DW_TAP(x) MTVG_ARM_DSP_DW_TAP(x, "r8", "r4", "r5", "r9", "r0", "r1", "r2", "r3")
 /* Two taps: their pointers (table offset `at`), their input words at the pixel's offset. */
 #define DW_TAP_PAIR(at)              \
   "ldrd r6, r7, [r11, #" at "]\n\t"  \
@@ -906,20 +922,13 @@ typedef struct {
   DW_TAP("r6") DW_TAP("r7")
 /* The short output stage of the doubled sum in register a: the channel's record (multiplier,
  * addend, e) into r4..r6, SMMULR, the negative fix-up, the rounding shift, saturation. */
-#define DW_STAGE(a)                  \
-  "ldmia r9!, {r4, r5, r6}\n\t"      \
-  "smmulr " a ", " a ", r4\n\t"      \
-  "add r5, r5, " a ", asr #31\n\t"   \
-  "add " a ", " a ", r5\n\t"         \
-  "asr " a ", " a ", r6\n\t"         \
-  "ssat " a ", #8, " a "\n\t"
+#define DW_STAGE(a)             \
+  "ldmia r9!, {r4, r5, r6}\n\t" \
+  MTVG_ARM_DSP_SHORT_STAGE(a, "r4", "r5", "r6", "r5")
 /* The four packed bytes in r0 clamped to the activation range, four lanes at once. */
-#define DW_CLAMP                     \
-  "ldrd r1, r2, [r11, #36]\n\t"      \
-  "ssub8 r3, r0, r1\n\t"             \
-  "sel r0, r0, r1\n\t"               \
-  "ssub8 r3, r2, r0\n\t"             \
-  "sel r0, r0, r2\n\t"
+#define DW_CLAMP                \
+  "ldrd r1, r2, [r11, #36]\n\t" \
+  MTVG_ARM_DSP_CLAMP_BYTES("r0", "r1", "r2", "r3")
 /* Every group of four channels of one pixel: the biases (LDM), nine taps, the stage, four
  * bytes stored with one STR. r9 the stream, r10 the pixel's offset plus the channel, r11
  * the table, r12 the output less the pixel's offset, lr where r10 ends. */
@@ -984,14 +993,9 @@ static void dw_groups_asm(const int8_t* const* tap, int32_t taps, size_t at,
   const int8_t* p1;
   int32_t a0, a1, a2, a3;
   uint32_t t, w0, w1;
-#define DW_TAP(x)                                    \
-  "sxtb16 %[t], %[" x "]\n\t"                        \
-  "sxtb16 %[" x "], %[" x "], ror #8\n\t"            \
-  "ldrd %[w0], %[w1], [%[w]], #8\n\t"                \
-  "smlabb %[a0], %[t], %[w0], %[a0]\n\t"             \
-  "smlatt %[a2], %[t], %[w0], %[a2]\n\t"             \
-  "smlabb %[a1], %[" x "], %[w1], %[a1]\n\t"         \
-  "smlatt %[a3], %[" x "], %[w1], %[a3]\n\t"
+#define DW_TAP(x)                                                                 \
+  MTVG_ARM_DSP_DW_TAP("%[" x "]", "%[t]", "%[w0]", "%[w1]", "%[w]", "%[a0]", "%[a1]", \
+                      "%[a2]", "%[a3]")
   __asm__ volatile(
       "0:\n\t"
       "ldrd %[a0], %[a1], [%[w]], #8\n\t"
@@ -1061,8 +1065,8 @@ int32_t mtvg_arm_dsp_depthwise_conv2d_s8(
   const int written_out = taps == 9 && narrow && c % 4 == 0;
   const int clamp = act_min != INT8_LOWEST || act_max != INT8_HIGHEST;
   const int8_t** const tap = written_out ? table3.tap : f.tap;
-  table3.low4 = 0x01010101u * (uint8_t)act_min;
-  table3.high4 = 0x01010101u * (uint8_t)act_max;
+  table3.low4 = byte_lanes(act_min);
+  table3.high4 = byte_lanes(act_max);
 #else
   const int8_t** const tap = f.tap;
 #endif
