@@ -179,23 +179,98 @@ def conv_model(path: Path) -> Path:
     return path
 
 
+def pointwise_model(path: Path) -> Path:
+    """An int8 1x1 CONV_2D, 4 → 4 channels on 5x5 (25 positions: every tiling of several
+    positions has a shorter last group), per channel."""
+    from tests.tflite_models import QTensor, conv2d_model, random_weights_and_bias
+
+    rng = np.random.default_rng(4)
+    inp = QTensor((1, 5, 5, 4), 0.05, -7)
+    weights, bias = random_weights_and_bias(rng, (4, 1, 1, 4), inp.scales[0])
+    path.write_bytes(conv2d_model(inp, weights, bias, QTensor((1, 5, 5, 4), 0.1, 2),
+                                  padding="VALID"))
+    return path
+
+
+def _forget_untuned_times(directory: Path) -> None:
+    """So that export surely takes a record: on the host, wall-clock times decide
+    otherwise from run to run."""
+    path = directory / "records.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert lines, (directory / "log.jsonl").read_text()
+    path.write_text("".join(json.dumps({**d, "reference_secs": None}) + "\n" for d in lines))
+
+
 @pytest.fixture(scope="module")
 def tuned_conv(tmp_path_factory) -> tuple[Path, Path]:
-    """The conv tuned for real on the host, in its "blocks" form (each candidate checked
-    bit-exact against the kernel export compiles); then, so that export surely takes one,
-    the records forget the untuned kernel's time (on the host, wall-clock times decide
-    otherwise from run to run)."""
+    """The conv tuned for real on the host, in its "blocks" form only (each candidate
+    checked bit-exact against the kernel export compiles)."""
     require_board_tools("host")
     root = tmp_path_factory.mktemp("tune-conv")
     model = conv_model(root / "conv.tflite")
     (task,) = extract_tasks(model)
     assert task.reference is not None  # searched in the blocks form, checked against export's
+    task.tilings = None  # the design space's candidates, not the other tilings
     tune_tasks([task], "host", 4, root / "tuning", batch_size=4)
-    path = root / "tuning" / "records.jsonl"
-    lines = [json.loads(x) for x in path.read_text().splitlines()]
-    assert lines, (root / "tuning" / "log.jsonl").read_text()
-    path.write_text("".join(json.dumps({**d, "reference_secs": None}) + "\n" for d in lines))
+    _forget_untuned_times(root / "tuning")
     return model, root / "tuning"
+
+
+@pytest.fixture(scope="module")
+def tiled_convs(tmp_path_factory) -> dict[str, tuple[Path, Path, int]]:
+    """Every other tiling of a padded 3x3 conv and of a 1x1 conv, measured on the host
+    (each checked bit-exact against export's kernel on random inputs first): name →
+    (model, tuning directory, tilings)."""
+    require_board_tools("host")
+    out = {}
+    for name, make in (("conv", conv_model), ("pointwise", pointwise_model)):
+        root = tmp_path_factory.mktemp(f"tile-{name}")
+        model = make(root / f"{name}.tflite")
+        (task,) = extract_tasks(model)
+        count = len(task.tilings.choices)
+        tune_tasks([task], "host", count, root / "tuning", batch_size=count)
+        _forget_untuned_times(root / "tuning")
+        out[name] = (model, root / "tuning", count)
+    return out
+
+
+def test_a_conv_has_the_tilings_its_shape_allows():
+    """kws's first conv (10x4, stride 2, padded; one input channel): its columns 1-3 have
+    their whole window inside, so up to 3 positions at once, no unrolling; a 1x1 conv over
+    125 positions: up to 4, unrolled by divisors of 64; a depthwise conv: channels only;
+    never more than 16 accumulators; export's own first."""
+    from generator.export.qkernels import ConvTiling, conv_tilings, inside_columns
+
+    assert inside_columns(5, 2, 1, 4, 1, 10) == (1, 4)
+    assert inside_columns(3, 1, 2, 5, 1, 3) == (2, 2)  # a window wider than the input
+    first = conv_tilings((1, 49, 10, 1), (64, 10, 4, 1), (1, 25, 5, 64), (2, 2),
+                         (4, 1, 5, 1), (1, 1), False)
+    assert first[0] == ConvTiling(1, 4, 1)
+    assert {t.pixels for t in first} == {1, 2, 3} and {t.unroll for t in first} == {1}
+    pointwise = conv_tilings((1, 25, 5, 64), (64, 1, 1, 64), (1, 25, 5, 64), (1, 1),
+                             (0, 0, 0, 0), (1, 1), False)
+    assert ConvTiling(4, 2, 16) in pointwise and ConvTiling(4, 8, 1) not in pointwise
+    assert all(t.pixels * t.channels <= 16 for t in pointwise)
+    depthwise = conv_tilings((1, 25, 5, 64), (3, 3, 64), (1, 25, 5, 64), (1, 1),
+                             (1, 1, 1, 1), (1, 1), True)
+    assert {(t.pixels, t.unroll) for t in depthwise} == {(1, 1)}
+    assert [ConvTiling.parse(n) for n in ("p2c4u16", "p5c4u1", "p2c4", "x")] == \
+        [ConvTiling(2, 4, 16), None, None, None]
+
+
+def test_every_tiling_computes_what_export_kernel_does(tiled_convs):
+    """Several positions (a padded conv's inside columns, its border ones alone; all of an
+    unpadded one's, the last group shorter), 1–8 channels, input channels unrolled: every
+    tiling measured, none differing from export's kernel, and recorded by name."""
+    for name, (_, directory, count) in tiled_convs.items():
+        log = [json.loads(x) for x in (directory / "log.jsonl").read_text().splitlines()]
+        assert len(log) == count and count >= 20, name
+        assert [e for e in log if "error" in e] == [], name
+        records = [json.loads(x) for x in (directory / "records.jsonl").read_text()
+                   .splitlines()]
+        tilings = {r["tiling"] for r in records}
+        assert len(tilings) == count and all(r["trace"] == [] for r in records), name
+        assert any(t.startswith("p3") for t in tilings) and "p4c4u4" in tilings, name
 
 
 # The archives of the test below, exported once for both boards (generate only reads them).
@@ -203,13 +278,17 @@ _tuned_exports: dict[tuple[str, str], object] = {}
 
 
 @pytest.mark.parametrize("board", ["host", "qemu-mps2-an385"])
-def test_tuned_archives_compute_what_untuned_ones_do(tuned_int8, tuned_float, tuned_conv, board,
-                                                    tmp_path, tmp_path_factory):
-    """int8 bit-exact, float within 1e-5, on 8 random inputs (in QEMU only the conv: the
+def test_tuned_archives_compute_what_untuned_ones_do(tuned_int8, tuned_float, tuned_conv,
+                                                    tiled_convs, board, tmp_path,
+                                                    tmp_path_factory):
+    """int8 bit-exact, float within 1e-5, on 8 random inputs (in QEMU only the convs: the
     other two are plain C loops the host already runs)."""
     require_board_tools(board)
     cases = [("conv", lambda dest, tuning: export_model(tuned_conv[0], dest, tuning=tuning),
               tuned_conv[1])]
+    for name, (model, directory, _) in tiled_convs.items():
+        cases.append((f"tiled-{name}", lambda dest, tuning, model=model: export_model(
+            model, dest, tuning=tuning), directory))
     if board == "host":
         cases += [("int8", lambda dest, tuning: export_model(INT8, dest, tuning=tuning),
                    tuned_int8[0]),
@@ -227,6 +306,12 @@ def test_tuned_archives_compute_what_untuned_ones_do(tuned_int8, tuned_float, tu
                     result.notes
                 if name == "conv":  # the blocks form's record, applied to export's kernel
                     assert [k.kernel for k in result.tuned] == ["q_conv2d"], result.notes
+                    assert result.tuned[0].tiling is None
+                if name.startswith("tiled"):  # export's kernel in the fastest tiling
+                    assert [k.kernel for k in result.tuned] == ["q_conv2d"], result.notes
+                    assert result.tuned[0].tiling, result.tuned
+                    tuned = _metadata(result.path)["tuning"]["kernels"]
+                    assert tuned[0]["tiling"] == result.tuned[0].tiling
             project = tmp_path / f"proj-{name}-{kind}"
             generate(result.path, board, project)
             outputs.append(run_project(project, _samples(result.inputs[0])).outputs)
@@ -236,6 +321,24 @@ def test_tuned_archives_compute_what_untuned_ones_do(tuned_int8, tuned_float, tu
                     np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-5)
                 else:
                     np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_a_tiling_record_for_a_kernel_without_that_tiling_is_left_out(int8_records, tmp_path):
+    """hello_world's dense kernels have no tilings: a record naming one (as if of a conv)
+    is left out with a note; a tiling that is not a name, or one with a trace, is not a
+    record at all."""
+    source = (int8_records[0] / "records.jsonl").read_text().splitlines()
+    first = json.loads(source[0])
+    lines = [{**first, "trace": [], "tiling": "p2c4u4"},
+             {**first, "trace": [], "tiling": "p2c4u4; system()"},
+             {**first, "tiling": "p2c4u4"}]  # a tiling has no trace
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(d) + "\n" for d in lines))
+    records = TuningRecords.load(tmp_path)
+    assert records.skipped_lines == 2
+    result = export_model(INT8, tmp_path / "a.tar", tuning=records)
+    assert result.tuned == []
+    assert any("tiling p2c4u4 is not one of this kernel's" in n for n in result.notes), \
+        result.notes
 
 
 def test_a_record_not_faster_than_the_untuned_kernel_is_not_applied(tmp_path):
@@ -311,6 +414,7 @@ def test_a_tuned_kernel_with_local_buffers_runs_in_the_arena(tmp_path):
     untuned kernel's on the host and in QEMU."""
     model = conv_model(tmp_path / "conv.tflite")
     (task,) = extract_tasks(model)
+    task.tilings = None  # the design space's candidates (the other tilings allocate nothing)
     # The first candidate that allocates. Seed 2's first one does, and TVM compiles it in
     # under a second (seed 1's first took 7-10 s, paid twice: the tuned export and the
     # --ram-budget one below); the loop still finds one if the search space changes.

@@ -150,7 +150,8 @@ def lower(mod, module_name: str = "default", accelerators: list[Selected] | None
     else:
         cpu = {name: f for name, f in kernels.items() if name not in accel_kernels}
         c_source, tuned_kernels, tuning_notes = tuning.apply(
-            kernels, cpu, tunable_forms(blocks, cpu), compile_kernels)
+            kernels, cpu, tunable_forms(blocks, cpu), compile_kernels,
+            {name: quant.tilings[name] for name in cpu if name in quant.tilings})
     prototypes = {name[len(prefix):]: params
                   for name, params in kernel_prototypes(c_source).items()}
     missing = [k for k in used if k not in prototypes]
@@ -245,6 +246,12 @@ def tunable_forms(blocks, kernels: dict) -> dict:
             continue
         out[name] = other
     return out
+
+
+def tiled_kernel(tilings, tiling):
+    """A conv2d kernel in another of its tilings (qkernels.Tilings), as `tune` measures it
+    and `export --tuning-records` compiles it: the same function in both."""
+    return tilings.build(tiling).with_attr("global_symbol", "main")
 
 
 def _same(a, b) -> bool:

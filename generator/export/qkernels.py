@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -132,11 +133,16 @@ class Kernel:
     # An int8 buffer of this shape the kernel writes as working memory after its output
     # (its last parameter): the memory plan gives it pool bytes for the call only.
     scratch: tuple[int, ...] | None = None
+    # The kernel's other tilings (a clipped conv2d's, asked for with `with_blocks_forms`)
+    tilings: Tilings | None = None
 
     def with_attr(self, key: str, value) -> Kernel:
         """The kernel with a function attribute on each of its forms."""
         blocks = self.blocks.with_attr(key, value) if self.blocks is not None else None
-        return replace(self, func=self.func.with_attr(key, value), blocks=blocks)
+        tilings = self.tilings.with_attr(key, value) if self.tilings is not None else None
+        return replace(self, func=self.func.with_attr(key, value), blocks=blocks,
+                       tilings=tilings)
+
 
     def constant_roles(self) -> list[str]:
         """What each constant is: weights, bias, then requantization parameters (unless
@@ -146,7 +152,98 @@ class Kernel:
         return ["weights", "bias", "requant", "requant"][:len(self.constants)]
 
 
+# PrimFunc attribute of a conv2d built in another tiling than export's: its name
+TILING_ATTR = "mtvg.tiling"
+
+
+@dataclass(frozen=True)
+class Tilings:
+    """A clipped conv2d's tilings other than export's own (`conv_tilings`), each built on
+    demand with the kernel's parameters, results and attributes (never in place)."""
+
+    choices: tuple[ConvTiling, ...]
+    build_func: Callable[[ConvTiling], tirx.PrimFunc]
+    attrs: tuple[tuple[str, object], ...] = ()
+
+    def with_attr(self, key: str, value) -> Tilings:
+        return replace(self, attrs=(*self.attrs, (key, value)))
+
+    def build(self, tiling: ConvTiling) -> tirx.PrimFunc:
+        """The kernel in `tiling` (one of `choices`), TILING_ATTR naming it."""
+        if tiling not in self.choices:
+            raise ValueError(f"tiling {tiling.name} is not one of this conv's")
+        func = self.build_func(tiling)
+        for key, value in self.attrs:
+            func = func.with_attr(key, value)
+        return func.with_attr(TILING_ATTR, tiling.name)
+
+
 BLOCK = 4  # output channels a regular conv computes together
+TILING_CHANNELS = (1, 2, 4, 8)  # output channels computed together, a tiling may choose
+TILING_PIXELS = (1, 2, 3, 4)  # output positions computed together (unpadded regular convs)
+TILING_UNROLL = (1, 2, 4, 8, 16)  # input channels per turn of the innermost loop
+MAX_TILE_ACCUMULATORS = 16  # pixels × channels: more spill on every 32-bit core we build for
+
+
+@dataclass(frozen=True)
+class ConvTiling:
+    """How the clipped conv2d kernel blocks its loops: `pixels` output positions and
+    `channels` output channels share each input and weight they load (pixels × channels
+    accumulators, meant for registers), `unroll` input channels per turn of the innermost
+    loop. `tune` measures each tiling a conv has (`conv_tilings`); export's own is
+    `default_tiling` (one position, BLOCK channels, no unrolling)."""
+
+    pixels: int = 1
+    channels: int = BLOCK
+    unroll: int = 1
+
+    @property
+    def name(self) -> str:
+        return f"p{self.pixels}c{self.channels}u{self.unroll}"
+
+    @classmethod
+    def parse(cls, name: str) -> ConvTiling | None:
+        """The tiling `name` spells (as `name` writes it), or None."""
+        m = re.fullmatch(r"p(\d+)c(\d+)u(\d+)", name)
+        if m is None:
+            return None
+        tiling = cls(*(int(g) for g in m.groups()))
+        known = (tiling.pixels in TILING_PIXELS and tiling.channels in TILING_CHANNELS
+                 and tiling.unroll in TILING_UNROLL)
+        return tiling if known else None
+
+
+def default_tiling(cout: int) -> ConvTiling:
+    """Export's tiling: BLOCK output channels at once (fewer when cout is not a multiple)."""
+    return ConvTiling(1, next(b for b in (BLOCK, 2, 1) if cout % b == 0), 1)
+
+
+def conv_tilings(x_shape: tuple[int, ...], w_shape: tuple[int, ...],
+                 out_shape: tuple[int, ...], strides: tuple[int, int],
+                 pads: tuple[int, int, int, int], dilation: tuple[int, int], depthwise: bool,
+                 weight_zero: int = 0) -> list[ConvTiling]:
+    """The tilings a conv2d can be built with, export's own first. Several positions at
+    once only for a regular conv without a weight zero point: unpadded, any positions (all
+    have the same taps); padded, positions of a row whose window columns are all inside
+    the input. Unrolling only for a regular conv, by a divisor of its input channels."""
+    cin, cout = x_shape[-1], out_shape[-1]
+    if any(pads):
+        first, stop = inside_columns(out_shape[2], strides[1], pads[1], w_shape[2],
+                                     dilation[1], x_shape[2])
+        positions = stop - first
+    else:
+        positions = out_shape[0] * out_shape[1] * out_shape[2]
+    several = not depthwise and not weight_zero
+    out = [default_tiling(cout)]
+    for channels in TILING_CHANNELS:
+        for pixels in TILING_PIXELS if several else (1,):
+            for unroll in (1,) if depthwise else TILING_UNROLL:
+                tiling = ConvTiling(pixels, channels, unroll)
+                if (cout % channels or cin % unroll or pixels > max(positions, 1)
+                        or pixels * channels > MAX_TILE_ACCUMULATORS or tiling in out):
+                    continue
+                out.append(tiling)
+    return out
 OP_PATTERN_OPAQUE = 8  # TVM's kOpaque: FuseOps leaves the kernel alone
 
 
@@ -226,6 +323,15 @@ def unfolded_bias(weights: np.ndarray, bias: np.ndarray, input_zero: int, depthw
     return bias.astype(np.int64) + int(input_zero) * sums
 
 
+def inside_columns(out_w: int, stride: int, left: int, taps: int, dil: int,
+                   in_w: int) -> tuple[int, int]:
+    """[first, stop): the output columns whose window's columns are all inside the input
+    (first == stop: none)."""
+    first = min(-(-left // stride), out_w)
+    stop = max(first, min(out_w, (in_w - 1 - (taps - 1) * dil + left) // stride + 1))
+    return first, stop
+
+
 def tap_range(origin, dil: int, size: int, taps: int, padded: bool = True):
     """[lo, hi) as TIR, hi ≥ lo: the taps k with 0 <= origin + k·dil < size (every tap of an
     unpadded conv)."""
@@ -257,6 +363,15 @@ def conv2d_nhwc(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndarray,
         kernel = _conv2d_clipped(x_shape, weights, bias, out_shape, strides, pads, dilation,
                                  input_zero, requant, depthwise, weight_zero, in_place)
         if _with_blocks.get():
+            choices = conv_tilings(x_shape, weights.shape, out_shape, strides, pads, dilation,
+                                   depthwise, weight_zero)[1:]
+
+            def build(tiling: ConvTiling) -> tirx.PrimFunc:
+                return _conv2d_clipped(x_shape, weights, bias, out_shape, strides, pads,
+                                       dilation, input_zero, requant, depthwise, weight_zero,
+                                       None, tiling).func
+
+            kernel.tilings = Tilings(tuple(choices), build) if choices else None
             with conv_form("blocks"):
                 kernel.blocks = conv2d_nhwc(x_shape, weights, bias, out_shape, strides, pads,
                                             dilation, input_zero, requant, depthwise,
@@ -387,7 +502,8 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
                     out_shape: tuple[int, ...], strides: tuple[int, int],
                     pads: tuple[int, int, int, int], dilation: tuple[int, int],
                     input_zero: int, requant: Requant, depthwise: bool,
-                    weight_zero: int = 0, in_place: InPlace | None = None) -> Kernel:
+                    weight_zero: int = 0, in_place: InPlace | None = None,
+                    tiling: ConvTiling | None = None) -> Kernel:
     """A conv2d as TIR statements. Padded, it works TFLite's way: for each output position
     the tap loops run only over the in-bounds taps (their ranges computed once per
     position), so the inner loop has no bounds check; skipped taps would have read the input
@@ -400,7 +516,9 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
     it from each weight; a regular conv sums its input taps once per output position
     (shared by every output channel) and starts each accumulator at bias − zw · Σx.
     `in_place` (see `in_place_form`): the output may start at the input's first byte; each
-    result goes into a small buffer first and out once the inputs it covers are read."""
+    result goes into a small buffer first and out once the inputs it covers are read.
+    `tiling` (`conv_tilings`; default: `default_tiling`) sets how many output channels
+    (BLOCK above) and positions share the loads, and the unrolling of the input channels."""
     t = tirx
     i32 = "int32"
     n_, h_, w_, cin = x_shape
@@ -411,7 +529,11 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
         bias = unfolded_bias(weights, bias, input_zero, depthwise, weight_zero)
     else:
         input_zero = 0  # already in the folded bias
-    block = next(b for b in (BLOCK, 2, 1) if cout % b == 0)
+    tiling = tiling or default_tiling(cout)
+    block, pixels, unroll = tiling.channels, tiling.pixels, tiling.unroll
+    if pixels > 1 and (depthwise or weight_zero or in_place):
+        raise ValueError(f"tiling {tiling.name}: several positions need a regular conv "
+                         "without a weight zero point, written out of place")
     mult = cout // cin
     sh, sw = strides
     dh, dw = dilation
@@ -426,6 +548,113 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
 
     def body(ins, outs):
         xb, wb, bb, *qb = ins
+
+        def regular_macs(origins: list, lv: dict | None = None):
+            """The input-channel loop of a regular conv's tap, for the positions at
+            `origins` (their rows' and columns' first input), `unroll` channels a turn: each
+            input value loaded once for the block's channels, each weight once for the
+            positions. `lv`: the loop variables (c, rh, rw, rc) when not the kernel's own."""
+            own = lv is None  # the kernel's own loop: its own value variable
+            lv = lv or {"c": c, "rh": rh, "rw": rw, "rc": rc}
+            several = len(origins) > 1 or unroll > 1 or not own
+            stmts = []
+            for u in range(unroll):
+                ch = lv["rc"] * unroll + u if unroll > 1 else lv["rc"]
+                values = [t.Var(f"xv{u}_{q}", i32) for q in range(len(origins))] \
+                    if several else [xv]
+                stmts += [t.LetStmt(v, x_tap(ch, o, (lv["rh"], lv["rw"])))
+                          for v, o in zip(values, origins, strict=True)]
+                for q in range(block):
+                    weight = t.Cast(i32, t.BufferLoad(
+                        wb, [lv["c"] * block + q, lv["rh"], lv["rw"], ch]))
+                    if len(origins) > 1:
+                        wv = t.Var(f"wv{u}_{q}", i32)
+                        stmts.append(t.LetStmt(wv, weight))
+                        weight = wv
+                    for p, v in enumerate(values):
+                        slot = t.const(p * block + q, i32)
+                        stmts.append(t.BufferStore(acc, t.BufferLoad(acc, [slot]) + v * weight,
+                                                   [slot]))
+            return loop(lv["rc"], zero, t.const(cin // unroll, i32), t.SeqStmt(stmts))
+
+        def group(places: list, rows_taps: tuple, start, qb, ob):
+            """The outputs at `places` ((row, column) expressions), their accumulators
+            together, `block` channels at a time: row taps [lo, hi) shared, every column tap
+            in bounds (its loop written out when a tap has one turn of channels)."""
+            lv = {name: t.Var(f"{name}_g", i32) for name in ("c", "rh", "rw", "rc")}
+            idx = [(t.Var(f"i{q}", i32), t.Var(f"j{q}", i32)) for q in range(len(places))]
+            lets = [t.LetStmt(var, value) for pair in zip(idx, places, strict=True)
+                    for var, value in zip(*pair, strict=True)]
+            origins = [(iq * sh - top, jq * sw - left) for iq, jq in idx]
+            if cin == unroll:  # one turn: the column taps written out
+                columns = _seq([regular_macs(origins, {
+                    **lv, "rw": t.const(r, i32), "rc": t.Var(f"rc{r}_g", i32)})
+                    for r in range(kw_)])
+            else:
+                columns = loop(lv["rw"], zero, t.const(kw_, i32), regular_macs(origins, lv))
+            lo, hi = rows_taps
+            taps = loop(lv["rh"], lo, hi - lo, columns)
+            stores = []  # per channel: its scale loaded once for the positions
+            for q in range(block):
+                channel = lv["c"] * block + q
+                scale = []
+                if requant.per_channel:
+                    scale = [t.Var(f"m{q}", i32), t.Var(f"s{q}", i32)]
+                    stores += [t.LetStmt(scale[0], t.BufferLoad(qb[0], [channel])),
+                               t.LetStmt(scale[1], t.Cast(i32, t.BufferLoad(qb[1],
+                                                                            [channel])))]
+                for p, (iq, jq) in enumerate(idx):
+                    value = t.BufferLoad(acc, [t.const(p * block + q, i32)])
+                    result = (_output_stage(requant, value, *scale) if scale
+                              else requantize(requant, value, channel, qb))
+                    stores.append(t.BufferStore(ob, result, [n, iq, jq, channel]))
+            inits = [t.BufferStore(acc, start(q, lv["c"]), [t.const(p * block + q, i32)])
+                     for p in range(len(places)) for q in range(block)]
+            return t.SeqStmt([*lets, loop(lv["c"], zero, t.const(cout // block, i32),
+                                          t.SeqStmt([*inits, taps, *stores]))])
+
+        def positions_at_once(start, single, qb, ob):
+            """A regular conv, `pixels` output positions at a time. Unpadded: all positions
+            in order (the last group may have fewer). Padded: per row, the positions whose
+            window columns are all inside the input in groups, the others one at a time
+            (`single(j)`: the statements of the position at (i, j))."""
+            if not padded:
+                total = oh_ * ow_
+                p0 = t.Var("p0", i32)
+
+                def flat(first, count: int):
+                    return group([(t.floordiv(first + q, ow_), t.floormod(first + q, ow_))
+                                  for q in range(count)],
+                                 (zero, t.const(kh_, i32)), start, qb, ob)
+
+                groups = [loop(p0, zero, t.const(total // pixels, i32), flat(p0 * pixels, pixels))]
+                if total % pixels:
+                    groups.append(flat(t.const(total - total % pixels, i32), total % pixels))
+                return loop(n, zero, t.const(n_, i32), _seq(groups))
+            first, stop = inside_columns(ow_, sw, left, kw_, dw, w_)
+            g, jx = t.Var("g", i32), t.Var("jx", i32)
+            row0, row_lo, row_hi = (t.Var(v, i32) for v in ("row0", "row_lo", "row_hi"))
+            lo, hi = tap_range(row0, dh, h_, kh_, True)
+
+            def columns(start_j, count: int):
+                return group([(i, start_j + q) for q in range(count)], (row_lo, row_hi),
+                             start, qb, ob)
+
+            inside = stop - first
+            row = [t.LetStmt(row0, i * sh - top), t.LetStmt(row_lo, lo), t.LetStmt(row_hi, hi)]
+            border = first + ow_ - stop  # the columns before `first` and from `stop`
+            if border:
+                row.append(loop(jx, zero, t.const(border, i32), t.SeqStmt([t.LetStmt(
+                    j, jx + t.Select(jx < first, zero, t.const(stop - first, i32))),
+                    single()])))
+            if inside // pixels:
+                row.append(loop(g, zero, t.const(inside // pixels, i32),
+                                columns(first + g * pixels, pixels)))
+            if inside % pixels:
+                row.append(columns(t.const(stop - inside % pixels, i32), inside % pixels))
+            return loop(n, zero, t.const(n_, i32), loop(i, zero, t.const(oh_, i32),
+                                                        t.SeqStmt(row)))
+
         ob = outs[0]
         pooled = in_place is not None and in_place.pooled
         stage = outs[1] if pooled else staged
@@ -434,12 +663,13 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
         rh, rw, rc = (t.Var(v, i32) for v in ("rh", "rw", "rc"))
         h0, w0 = t.Var("h0", i32), t.Var("w0", i32)
         h_lo, h_hi, w_lo, w_hi = (t.Var(v, i32) for v in ("h_lo", "h_hi", "w_lo", "w_hi"))
-        acc = t.decl_buffer((block,), i32, "acc")
+        acc = t.decl_buffer((pixels * block,), i32, "acc")
         zero = t.const(0, i32)
         xv, k = t.Var("xv", i32), t.Var("k", i32)
 
-        def x_tap(ch):
-            value = t.Cast(i32, t.BufferLoad(xb, [n, h0 + rh * dh, w0 + rw * dw, ch]))
+        def x_tap(ch, origin=(h0, w0), taps=(rh, rw)):
+            value = t.Cast(i32, t.BufferLoad(xb, [n, origin[0] + taps[0] * dh,
+                                                  origin[1] + taps[1] * dw, ch]))
             return value - input_zero if input_zero else value
 
         def w_tap(*idx):
@@ -455,12 +685,8 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
                     ch) * w_tap(rh, rw, out_c), [t.const(q, i32)]))
             taps = loop(rh, h_lo, h_hi - h_lo, loop(rw, w_lo, w_hi - w_lo, _seq(macs)))
         else:
-            macs = [t.BufferStore(acc, t.BufferLoad(acc, [t.const(q, i32)]) + xv * t.Cast(
-                i32, t.BufferLoad(wb, [c * block + q, rh, rw, rc])), [t.const(q, i32)])
-                for q in range(block)]
-            mac = t.SeqStmt([t.LetStmt(xv, x_tap(rc)), *macs])
             taps = loop(rh, h_lo, h_hi - h_lo, loop(rw, w_lo, w_hi - w_lo,
-                                                     loop(rc, zero, t.const(cin, i32), mac)))
+                                                     regular_macs([(h0, w0)])))
         channel = c * block + k if block > 1 else c
         slot = k if block > 1 else zero
         result = requantize(requant, t.BufferLoad(acc, [slot]), channel, qb)
@@ -480,8 +706,8 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
                     t.BufferStore(acc, t.BufferLoad(acc, [zero]) + x_tap(rc), [zero])))),
             ]
 
-        def start(q):
-            value = t.BufferLoad(bb, [c * block + q])
+        def start(q, channels=c):
+            value = t.BufferLoad(bb, [channels * block + q])
             return value - x_sum * weight_zero if tap_sums else value
 
         per_channel = t.SeqStmt([
@@ -521,6 +747,9 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
                   else [])]))
             return t.SeqStmt([t.AllocBuffer(acc), *local, nest])
         position = [*ranges, loop(c, zero, t.const(blocks, i32), per_channel)]
+        if pixels > 1:
+            return t.SeqStmt([t.AllocBuffer(acc), positions_at_once(
+                start, lambda: t.SeqStmt(position), qb, ob)])
         rows, cols = i, j
         if in_place is not None:  # a pixel's channels, then over the pixel's input
             cc = t.Var("cc", i32)

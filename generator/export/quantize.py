@@ -45,11 +45,15 @@ class QuantReport:
     ops: dict[str, QuantizedOp] = field(default_factory=dict)  # kernel name → operator
     # kernel name → that kernel in its "blocks" form (qkernels.with_blocks_forms)
     blocks_forms: dict = field(default_factory=dict)
+    # kernel name → its other tilings (qkernels.Tilings; also with_blocks_forms)
+    tilings: dict = field(default_factory=dict)
 
     def kernel_added(self, name: str, kernel: qkernels.Kernel) -> None:
-        """Note the other form of a kernel the module now has under `name`."""
+        """Note the other forms of a kernel the module now has under `name`."""
         if kernel.blocks is not None:
             self.blocks_forms[name] = kernel.blocks
+        if kernel.tilings is not None:
+            self.tilings[name] = kernel.tilings
 
     def summary(self) -> str:
         def counted(names: list[str]) -> str:

@@ -4,7 +4,8 @@ A record (`records.jsonl`, written by `microtvm-gen tune`) names a task by the s
 hash of the untuned kernel (`workload`), the candidate by the hash of the scheduled module,
 and carries the MetaSchedule trace. A kernel of the model gets a record when its own hash is
 a record's workload and the record was faster than the untuned kernel timed next to it in
-the same firmware; the trace is replayed on it, and the result must hash to the record's
+the same firmware; the trace is replayed on it (or, for a conv2d measured in another
+tiling, the kernel is built in that tiling), and the result must hash to the record's
 candidate — the very kernel that was checked against the untuned one on the device and
 timed there. Anything else (a trace TVM refuses, a different result, a kernel that does
 not compile) leaves that record out, with a note; the next-fastest record of the workload is
@@ -42,10 +43,14 @@ class TunedKernel:
     workload: str
     candidate: str
     measured_secs: float
+    tiling: str | None = None  # a conv2d in another tiling (qkernels.ConvTiling.name)
 
     def to_json(self) -> dict:
-        return {"kernel": self.kernel, "task": self.task, "workload": self.workload,
-                "candidate": self.candidate, "measured_secs": self.measured_secs}
+        out = {"kernel": self.kernel, "task": self.task, "workload": self.workload,
+               "candidate": self.candidate, "measured_secs": self.measured_secs}
+        if self.tiling is not None:
+            out["tiling"] = self.tiling
+        return out
 
 
 @dataclass
@@ -67,15 +72,19 @@ class TuningRecords:
         return records
 
     def apply(self, kernels: dict, tunable: Iterable[str], alternatives: dict,
-              compile_kernels: Compile) -> tuple[str, list[TunedKernel], list[str]]:
+              compile_kernels: Compile, tilings: dict | None = None) \
+            -> tuple[str, list[TunedKernel], list[str]]:
         """The C source of `kernels` (name → PrimFunc), those named in `tunable` that have
         a record scheduled by it; what was applied; notes on records left out. A kernel with
         an entry in `alternatives` (the form `tune` searched it in) takes records of either
-        form. The kernels are compiled once, unless a chosen candidate fails there."""
+        form; one with an entry in `tilings` (qkernels.Tilings) records of its tilings. The
+        kernels are compiled once, unless a chosen candidate fails there."""
         tunable = [name for name in kernels if name in set(tunable)]
+        tilings = tilings or {}
         notes: dict[str, list[str]] = {name: [] for name in tunable}
         pending = {name: self._candidates(name, kernels[name], alternatives.get(name),
-                                          notes[name]) for name in tunable}
+                                          notes[name], tilings.get(name))
+                   for name in tunable}
         chosen: dict[str, tuple[object, TunedKernel]] = {}
 
         def advance(name: str) -> None:
@@ -96,7 +105,7 @@ class TuningRecords:
         applied = [chosen[name][1] for name in tunable if name in chosen]
         return source, applied, [note for name in tunable for note in notes[name]]
 
-    def _candidates(self, name: str, func, alternative, notes: list[str]) \
+    def _candidates(self, name: str, func, alternative, notes: list[str], tilings=None) \
             -> Iterator[tuple[object, TunedKernel]]:
         """The kernel scheduled by each of its records that replays to the candidate
         measured, fastest first; notes on the others. None once a record is not faster
@@ -114,10 +123,13 @@ class TuningRecords:
                 notes.append(f"{name}: the fastest candidate tuned was not faster than "
                              "the untuned kernel; left untuned")
                 return  # the fastest record was not faster: none is
-            problem, scheduled = _replay(form, record)
+            if record.tiling is not None:
+                problem, scheduled = _tiled(tilings, record)
+            else:
+                problem, scheduled = _replay(form, record)
             if problem is None:
                 yield scheduled, TunedKernel(name, record.task, workload, record.candidate,
-                                             record.secs)
+                                             record.secs, record.tiling)
             else:
                 notes.append(_left_out(record.candidate, name, problem))
 
@@ -170,6 +182,20 @@ def _hash(mod) -> str:
     from tvm_ffi import structural_hash
 
     return f"{structural_hash(mod) & (2**64 - 1):016x}"
+
+
+def _tiled(tilings, record: Record):
+    """(None, the kernel in the record's tiling) or (why not, None)."""
+    from generator.export.lower import tiled_kernel
+    from generator.export.qkernels import ConvTiling
+
+    tiling = ConvTiling.parse(record.tiling)
+    if tilings is None or tiling is None or tiling not in tilings.choices:
+        return f"tiling {record.tiling} is not one of this kernel's", None
+    func = tiled_kernel(tilings, tiling)
+    if _hash(_module(func)) != record.candidate:
+        return "its tiling gives a different kernel than the one measured", None
+    return None, func
 
 
 def _replay(func, record: Record):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from generator.errors import ExportError
 RECORDS_NAME = "records.jsonl"
 MAX_RECORDS_BYTES = 64 * 2**20
 HASH_HEX = 16  # workload and candidate names: 16 hex digits
+TILING_RE = re.compile(r"p\d{1,2}c\d{1,2}u\d{1,2}")  # qkernels.ConvTiling.name
 
 
 def plain(value):
@@ -46,6 +48,9 @@ class Record:
     run_secs: list[float]
     trace: list  # Trace.as_json(remove_postproc=True), plain
     reference_secs: float | None = None  # the untuned kernel, timed in the same batch
+    # A conv2d in another tiling of export's kernel (qkernels.ConvTiling.name; its trace
+    # is empty), or None: the trace scheduled the task's kernel
+    tiling: str | None = None
 
     @property
     def secs(self) -> float:
@@ -53,9 +58,12 @@ class Record:
         return min(self.run_secs)
 
     def to_json(self) -> dict:
-        return {"task": self.task, "workload": self.workload, "candidate": self.candidate,
-                "run_secs": self.run_secs, "trace": self.trace,
-                "reference_secs": self.reference_secs}
+        out = {"task": self.task, "workload": self.workload, "candidate": self.candidate,
+               "run_secs": self.run_secs, "trace": self.trace,
+               "reference_secs": self.reference_secs}
+        if self.tiling is not None:
+            out["tiling"] = self.tiling
+        return out
 
     @classmethod
     def from_line(cls, line: str) -> Record | None:
@@ -63,11 +71,16 @@ class Record:
         try:
             d = json.loads(line)
             ref = d.get("reference_secs")
+            tiling = d.get("tiling")
             record = cls(str(d["task"]), str(d["workload"]), str(d["candidate"]),
                          [float(s) for s in d["run_secs"]], d["trace"],
-                         None if ref is None else float(ref))
+                         None if ref is None else float(ref),
+                         None if tiling is None else str(tiling))
             valid = (_is_hash(record.workload) and _is_hash(record.candidate)
-                     and isinstance(record.trace, list) and record.secs > 0)
+                     and isinstance(record.trace, list) and record.secs > 0
+                     and (tiling is None or (isinstance(tiling, str)
+                                             and TILING_RE.fullmatch(tiling) is not None
+                                             and not record.trace)))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
         return record if valid else None

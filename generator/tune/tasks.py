@@ -25,6 +25,17 @@ class Task:
     # Constant arguments (position → values) at the kernel's first call in the model: what
     # it is measured with (random inputs only for the others)
     constants: dict = field(default_factory=dict)
+    # The reference kernel's other tilings (qkernels.Tilings: a clipped conv2d's), measured
+    # as candidates next to the design space's
+    tilings: object = None
+
+    def tiled(self) -> list:
+        """The task's kernel in each of its other tilings (`lower.tiled_kernel`)."""
+        from generator.export.lower import tiled_kernel
+
+        if self.tilings is None:
+            return []
+        return [tiled_kernel(self.tilings, t) for t in self.tilings.choices]
 
     @property
     def workload(self) -> str:
@@ -58,7 +69,7 @@ def module_tasks(mod) -> list[Task]:
 
     from generator.export.lower import fuse_with_blocks, kernel_constants, tunable_forms
 
-    fused, _, _, blocks = fuse_with_blocks(mod)
+    fused, quant, _, blocks = fuse_with_blocks(mod)
     calls: list[str] = []
 
     def visit(expr) -> None:
@@ -71,6 +82,7 @@ def module_tasks(mod) -> list[Task]:
     constants = kernel_constants(fused)
     for task in tasks:
         task.constants = constants.get(task.kernels[0], {})
+        task.tilings = quant.tilings.get(task.kernels[0])
     return tasks
 
 

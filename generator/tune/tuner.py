@@ -274,11 +274,15 @@ def _measure_round(task: Task, rounds: list[list], built: list[list], runner, ar
             proposer.learn_failed(sch)
             continue
         reference = measurer.reference_secs.get(task.name)
-        trace = plain(sch.trace.as_json(remove_postproc=True))
         secs = [float(s) for s in result.run_secs]
+        tiling = tiling_of(sch)  # another kernel: no trace
+        trace = [] if tiling else plain(sch.trace.as_json(remove_postproc=True))
         if not artifact.startswith(CACHED):  # a rerun's replay: recorded already
             append_record(measurer.work_dir, Record(
-                task.name, task.workload, candidate_hash(sch.mod), secs, trace, reference))
+                task.name, task.workload, candidate_hash(sch.mod), secs, trace, reference,
+                tiling))
+        if tiling is not None:  # another kernel, not a trace: nothing to mutate or learn
+            continue
         proposer.add_parent(trace, min(secs))
         if reference:  # a speed-up needs the untuned kernel's time
             proposer.learn(trace, reference / min(secs))
@@ -286,6 +290,26 @@ def _measure_round(task: Task, rounds: list[list], built: list[list], runner, ar
         for sch, artifact in zip(schedules, artifacts, strict=True):
             if isinstance(artifact, Exception):
                 proposer.learn_failed(sch)
+
+
+def tiling_of(sch) -> str | None:
+    """The tiling a candidate is built in (a conv2d's other tilings), or None: a schedule
+    of the task's kernel."""
+    from generator.export.qkernels import TILING_ATTR
+
+    attrs = sch.mod["main"].attrs
+    return str(attrs[TILING_ATTR]) if attrs is not None and TILING_ATTR in attrs else None
+
+
+TILING_REGISTERS = 8  # accumulators most cores keep in registers next to the operands
+
+
+def tiling_cost(tiling) -> float:
+    """A guess at a tiling's loads, loop turns and spilled accumulators per multiply-add,
+    to measure the likely fastest first (the device decides)."""
+    accumulators = tiling.pixels * tiling.channels
+    return (1 / tiling.channels + 1 / tiling.pixels + 2 / (accumulators * tiling.unroll)
+            + 0.1 * max(0, accumulators - TILING_REGISTERS))
 
 
 def propose_candidates(task: Task, count: int, seed: int = 0) -> list:
@@ -297,8 +321,9 @@ def propose_candidates(task: Task, count: int, seed: int = 0) -> list:
 
 
 class _Proposer:
-    """New candidates: random decisions on the design space's traces, or a mutation of one
-    of the best traces measured."""
+    """New candidates: first the task's kernel in each of its other tilings (a clipped
+    conv2d's, the likely fastest first), then random decisions on the design space's
+    traces, or a mutation of one of the best traces measured."""
 
     def __init__(self, task: Task, ctx, rng: np.random.Generator, guided: bool = True) -> None:
         self.task = task
@@ -311,6 +336,7 @@ class _Proposer:
         self.parents: list[tuple[float, list]] = []  # (best seconds, trace JSON)
         self.model = CostModel() if guided and cost_model_available() else None
         self.seen: set[str] = set()  # every candidate proposed in this run
+        self.tiled = self._tiled_schedules()  # not proposed yet
 
     def learn(self, trace_json: list, speedup: float | None) -> None:
         """A candidate's result for the cost model (speed-up over untuned; None: failed)."""
@@ -319,8 +345,17 @@ class _Proposer:
 
     def learn_failed(self, sch) -> None:
         """A candidate that failed (to build, or on the device), for the cost model."""
-        if self.model is not None:
+        if self.model is not None and tiling_of(sch) is None:
             self.model.add(plain(sch.trace.as_json(remove_postproc=True)), None)
+
+    def _tiled_schedules(self) -> list:
+        import tvm
+        from tvm import s_tir
+
+        from generator.export.qkernels import ConvTiling
+
+        schedules = [s_tir.Schedule(tvm.IRModule({"main": f})) for f in self.task.tiled()]
+        return sorted(schedules, key=lambda sch: tiling_cost(ConvTiling.parse(tiling_of(sch))))
 
     def add_parent(self, trace_json: list, secs: float) -> None:
         self.parents.append((secs, trace_json))
@@ -331,13 +366,23 @@ class _Proposer:
         """Up to `count` new candidates: once the cost model has enough measurements, the
         ones it ranks fastest among POOL_FACTOR times as many drawn (and a share drawn at
         random, so that it keeps learning); before, the first ones drawn."""
+        tiled = []
+        while self.tiled and len(tiled) < count:
+            sch = self.tiled.pop(0)
+            h = candidate_hash(sch.mod)
+            if h not in self.seen:
+                self.seen.add(h)
+                tiled.append(sch)
+        count -= len(tiled)
+        if not count:
+            return tiled
         guided = self.model is not None and self.model.ready()
         drawn = self._draw(count * POOL_FACTOR if guided else count)
         if guided and len(drawn) > count:
             drawn = self._rank(drawn, count)
         for h, _ in drawn:
             self.seen.add(h)
-        return [sch for _, sch in drawn]
+        return tiled + [sch for _, sch in drawn]
 
     def _draw(self, count: int) -> list[tuple[str, object]]:
         out: dict[str, object] = {}
