@@ -577,7 +577,7 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
                                                    [slot]))
             return loop(lv["rc"], zero, t.const(cin // unroll, i32), t.SeqStmt(stmts))
 
-        def group(places: list, rows_taps: tuple, start, qb, ob):
+        def group(places: list, rows_taps: tuple):
             """The outputs at `places` ((row, column) expressions), their accumulators
             together, `block` channels at a time: row taps [lo, hi) shared, every column tap
             in bounds (its loop written out when a tap has one turn of channels)."""
@@ -613,11 +613,11 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
             return t.SeqStmt([*lets, loop(lv["c"], zero, t.const(cout // block, i32),
                                           t.SeqStmt([*inits, taps, *stores]))])
 
-        def positions_at_once(start, single, qb, ob):
+        def positions_at_once(single):
             """A regular conv, `pixels` output positions at a time. Unpadded: all positions
             in order (the last group may have fewer). Padded: per row, the positions whose
             window columns are all inside the input in groups, the others one at a time
-            (`single(j)`: the statements of the position at (i, j))."""
+            (`single()`: the statements of the position at (i, j), as export's kernel)."""
             if not padded:
                 total = oh_ * ow_
                 p0 = t.Var("p0", i32)
@@ -625,7 +625,7 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
                 def flat(first, count: int):
                     return group([(t.floordiv(first + q, ow_), t.floormod(first + q, ow_))
                                   for q in range(count)],
-                                 (zero, t.const(kh_, i32)), start, qb, ob)
+                                 (zero, t.const(kh_, i32)))
 
                 groups = [loop(p0, zero, t.const(total // pixels, i32), flat(p0 * pixels, pixels))]
                 if total % pixels:
@@ -637,8 +637,7 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
             lo, hi = tap_range(row0, dh, h_, kh_, True)
 
             def columns(start_j, count: int):
-                return group([(i, start_j + q) for q in range(count)], (row_lo, row_hi),
-                             start, qb, ob)
+                return group([(i, start_j + q) for q in range(count)], (row_lo, row_hi))
 
             inside = stop - first
             row = [t.LetStmt(row0, i * sh - top), t.LetStmt(row_lo, lo), t.LetStmt(row_hi, hi)]
@@ -748,8 +747,8 @@ def _conv2d_clipped(x_shape: tuple[int, ...], weights: np.ndarray, bias: np.ndar
             return t.SeqStmt([t.AllocBuffer(acc), *local, nest])
         position = [*ranges, loop(c, zero, t.const(blocks, i32), per_channel)]
         if pixels > 1:
-            return t.SeqStmt([t.AllocBuffer(acc), positions_at_once(
-                start, lambda: t.SeqStmt(position), qb, ob)])
+            return t.SeqStmt([t.AllocBuffer(acc),
+                              positions_at_once(lambda: t.SeqStmt(position))])
         rows, cols = i, j
         if in_place is not None:  # a pixel's channels, then over the pixel's input
             cc = t.Var("cc", i32)
