@@ -179,16 +179,17 @@ def conv_model(path: Path) -> Path:
     return path
 
 
-def pointwise_model(path: Path) -> Path:
-    """An int8 1x1 CONV_2D, 4 → 4 channels on 5x5 (25 positions: every tiling of several
-    positions has a shorter last group), per channel."""
+def small_conv_model(path: Path, taps: int, padding: str) -> Path:
+    """An int8 CONV_2D, taps x taps, 2 → 4 channels on 7x5 (35 positions: every tiling of
+    several positions has a shorter last group), per channel."""
     from tests.tflite_models import QTensor, conv2d_model, random_weights_and_bias
 
     rng = np.random.default_rng(4)
-    inp = QTensor((1, 5, 5, 4), 0.05, -7)
-    weights, bias = random_weights_and_bias(rng, (4, 1, 1, 4), inp.scales[0])
-    path.write_bytes(conv2d_model(inp, weights, bias, QTensor((1, 5, 5, 4), 0.1, 2),
-                                  padding="VALID"))
+    inp = QTensor((1, 7, 5, 2), 0.05, -7)
+    weights, bias = random_weights_and_bias(rng, (4, taps, taps, 2), inp.scales[0])
+    out_hw = (7, 5) if padding == "SAME" else (8 - taps, 6 - taps)
+    path.write_bytes(conv2d_model(inp, weights, bias, QTensor((1, *out_hw, 4), 0.1, 2),
+                                  padding=padding))
     return path
 
 
@@ -218,14 +219,14 @@ def tuned_conv(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def tiled_convs(tmp_path_factory) -> dict[str, tuple[Path, Path, int]]:
-    """Every other tiling of a padded 3x3 conv and of a 1x1 conv, measured on the host
+    """Every other tiling of a small padded 3x3 conv and of a 1x1 conv, measured on the host
     (each checked bit-exact against export's kernel on random inputs first): name →
     (model, tuning directory, tilings)."""
     require_board_tools("host")
     out = {}
-    for name, make in (("conv", conv_model), ("pointwise", pointwise_model)):
+    for name, taps, padding in (("conv", 3, "SAME"), ("pointwise", 1, "VALID")):
         root = tmp_path_factory.mktemp(f"tile-{name}")
-        model = make(root / f"{name}.tflite")
+        model = small_conv_model(root / f"{name}.tflite", taps, padding)
         (task,) = extract_tasks(model)
         count = len(task.tilings.choices)
         tune_tasks([task], "host", count, root / "tuning", batch_size=count)
@@ -264,13 +265,15 @@ def test_every_tiling_computes_what_export_kernel_does(tiled_convs):
     tiling measured, none differing from export's kernel, and recorded by name."""
     for name, (_, directory, count) in tiled_convs.items():
         log = [json.loads(x) for x in (directory / "log.jsonl").read_text().splitlines()]
-        assert len(log) == count and count >= 20, name
+        assert len(log) == count and count >= 15, name
         assert [e for e in log if "error" in e] == [], name
         records = [json.loads(x) for x in (directory / "records.jsonl").read_text()
                    .splitlines()]
         tilings = {r["tiling"] for r in records}
         assert len(tilings) == count and all(r["trace"] == [] for r in records), name
-        assert any(t.startswith("p3") for t in tilings) and "p4c4u4" in tilings, name
+        # conv: its 3 inside columns at once (the column taps written out), or 2 and 1;
+        # pointwise: 8 groups of 4 positions and one of 3
+        assert {"conv": {"p3c4u2", "p2c4u1"}, "pointwise": {"p4c4u2"}}[name] <= tilings
 
 
 # The archives of the test below, exported once for both boards (generate only reads them).
