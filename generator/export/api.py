@@ -282,7 +282,7 @@ def _accelerators_meta(lowered, accelerators: list[Selected]) -> list[dict]:
         # its own environment and flags).
         kinds = {o.name: o.type for o in s.plugin.options}
         options = {k: v for k, v in s.options.items() if kinds.get(k) != "path"}
-        out.append({"name": s.name, "abi": getattr(s.plugin, "abi", 1), "options": options,
+        out.append({"name": s.name, "abi": s.plugin.abi, "options": options,
                     "scratch_bytes": max((o.scratch_bytes for o in mine), default=0),
                     "operators": [{"pattern": o.pattern, "kernel": o.kernel, "macs": o.macs}
                                   for o in mine]})

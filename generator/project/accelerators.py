@@ -64,7 +64,7 @@ def project_accelerators(module: ModuleInfo, board: Board, origin: str,
             options = _options(plugin, use.options, (overrides or {}).get(use.name, {}))
         except MtgError as exc:
             raise ProjectError(f"{origin}: {exc.one_line()}") from None
-        if use.abi != getattr(plugin, "abi", 1):
+        if use.abi != plugin.abi:
             raise ProjectError(f"{origin}: the model was exported for accelerator "
                                f"'{use.name}' driver interface {use.abi}, this microtvm-gen's "
                                f"is {plugin.abi}: export the model again with this version")
