@@ -248,12 +248,6 @@ def tunable_forms(blocks, kernels: dict) -> dict:
     return out
 
 
-def tiled_kernel(tilings, tiling):
-    """A conv2d kernel in another of its tilings (qkernels.Tilings), as `tune` measures it
-    and `export --tuning-records` compiles it: the same function in both."""
-    return tilings.build(tiling).with_attr("global_symbol", "main")
-
-
 def _same(a, b) -> bool:
     from tvm_ffi import structural_equal
 

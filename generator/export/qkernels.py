@@ -169,13 +169,14 @@ class Tilings:
         return replace(self, attrs=(*self.attrs, (key, value)))
 
     def build(self, tiling: ConvTiling) -> tirx.PrimFunc:
-        """The kernel in `tiling` (one of `choices`), TILING_ATTR naming it."""
+        """The kernel in `tiling` (one of `choices`), TILING_ATTR naming it, as `tune`
+        measures it and `export --tuning-records` compiles it (global symbol "main")."""
         if tiling not in self.choices:
             raise ValueError(f"tiling {tiling.name} is not one of this conv's")
         func = self.build_func(tiling)
         for key, value in self.attrs:
             func = func.with_attr(key, value)
-        return func.with_attr(TILING_ATTR, tiling.name)
+        return func.with_attr(TILING_ATTR, tiling.name).with_attr("global_symbol", "main")
 
 
 BLOCK = 4  # output channels a regular conv computes together
@@ -204,7 +205,7 @@ class ConvTiling:
     @classmethod
     def parse(cls, name: str) -> ConvTiling | None:
         """The tiling `name` spells (as `name` writes it), or None."""
-        m = re.fullmatch(r"p(\d+)c(\d+)u(\d+)", name)
+        m = re.fullmatch(r"p(\d{1,2})c(\d{1,2})u(\d{1,2})", name)
         if m is None:
             return None
         tiling = cls(*(int(g) for g in m.groups()))

@@ -186,13 +186,12 @@ def _hash(mod) -> str:
 
 def _tiled(tilings, record: Record):
     """(None, the kernel in the record's tiling) or (why not, None)."""
-    from generator.export.lower import tiled_kernel
     from generator.export.qkernels import ConvTiling
 
     tiling = ConvTiling.parse(record.tiling)
-    if tilings is None or tiling is None or tiling not in tilings.choices:
+    if tilings is None or tiling not in tilings.choices:
         return f"tiling {record.tiling} is not one of this kernel's", None
-    func = tiled_kernel(tilings, tiling)
+    func = tilings.build(tiling)
     if _hash(_module(func)) != record.candidate:
         return "its tiling gives a different kernel than the one measured", None
     return None, func

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +23,6 @@ from generator.errors import ExportError
 RECORDS_NAME = "records.jsonl"
 MAX_RECORDS_BYTES = 64 * 2**20
 HASH_HEX = 16  # workload and candidate names: 16 hex digits
-TILING_RE = re.compile(r"p\d{1,2}c\d{1,2}u\d{1,2}")  # qkernels.ConvTiling.name
 
 
 def plain(value):
@@ -78,9 +76,7 @@ class Record:
                          None if tiling is None else str(tiling))
             valid = (_is_hash(record.workload) and _is_hash(record.candidate)
                      and isinstance(record.trace, list) and record.secs > 0
-                     and (tiling is None or (isinstance(tiling, str)
-                                             and TILING_RE.fullmatch(tiling) is not None
-                                             and not record.trace)))
+                     and (tiling is None or (_is_tiling(tiling) and not record.trace)))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
         return record if valid else None
@@ -124,6 +120,13 @@ def read_records(path: Path, what: str = "tuning records") -> RecordsFile:
     if not out.records:
         raise ExportError(f"{what} {file}: no valid record")
     return out
+
+
+def _is_tiling(name) -> bool:
+    """Whether `name` names a conv tiling (qkernels.ConvTiling.name)."""
+    from generator.export.qkernels import ConvTiling
+
+    return isinstance(name, str) and ConvTiling.parse(name) is not None
 
 
 def _is_hash(text: str) -> bool:

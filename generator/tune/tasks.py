@@ -29,14 +29,6 @@ class Task:
     # as candidates next to the design space's
     tilings: object = None
 
-    def tiled(self) -> list:
-        """The task's kernel in each of its other tilings (`lower.tiled_kernel`)."""
-        from generator.export.lower import tiled_kernel
-
-        if self.tilings is None:
-            return []
-        return [tiled_kernel(self.tilings, t) for t in self.tilings.choices]
-
     @property
     def workload(self) -> str:
         """The kernel's structural hash, 16 hex digits: what the log and records key on."""

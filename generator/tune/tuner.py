@@ -349,13 +349,15 @@ class _Proposer:
             self.model.add(plain(sch.trace.as_json(remove_postproc=True)), None)
 
     def _tiled_schedules(self) -> list:
+        """The task's kernel in each of its other tilings, the likely fastest first."""
         import tvm
         from tvm import s_tir
 
-        from generator.export.qkernels import ConvTiling
-
-        schedules = [s_tir.Schedule(tvm.IRModule({"main": f})) for f in self.task.tiled()]
-        return sorted(schedules, key=lambda sch: tiling_cost(ConvTiling.parse(tiling_of(sch))))
+        tilings = self.task.tilings
+        if tilings is None:
+            return []
+        return [s_tir.Schedule(tvm.IRModule({"main": tilings.build(t)}))
+                for t in sorted(tilings.choices, key=tiling_cost)]
 
     def add_parent(self, trace_json: list, secs: float) -> None:
         self.parents.append((secs, trace_json))
