@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,10 @@ from generator.errors import ExportError
 RECORDS_NAME = "records.jsonl"
 MAX_RECORDS_BYTES = 64 * 2**20
 HASH_HEX = 16  # workload and candidate names: 16 hex digits
+# A tiling's name, as qkernels.ConvTiling.name writes it (checked here as a format only:
+# this module stays below generator.export, which reads records; export's ConvTiling.parse
+# decides which tilings exist)
+TILING_RE = re.compile(r"p\d{1,2}c\d{1,2}u\d{1,2}")
 
 
 def plain(value):
@@ -123,10 +128,8 @@ def read_records(path: Path, what: str = "tuning records") -> RecordsFile:
 
 
 def _is_tiling(name) -> bool:
-    """Whether `name` names a conv tiling (qkernels.ConvTiling.name)."""
-    from generator.export.qkernels import ConvTiling
-
-    return isinstance(name, str) and ConvTiling.parse(name) is not None
+    """Whether `name` has a conv tiling's form (qkernels.ConvTiling.name)."""
+    return isinstance(name, str) and TILING_RE.fullmatch(name) is not None
 
 
 def _is_hash(text: str) -> bool:
